@@ -1,0 +1,125 @@
+"""One exception hierarchy for the whole package.
+
+Every error agent-replay raises on purpose derives from :class:`AgentReplayError`, so callers
+can catch the package's errors without catching their own agent's bugs.
+"""
+
+from __future__ import annotations
+
+
+class AgentReplayError(Exception):
+    """Base class of every error raised on purpose by agent-replay."""
+
+
+class CanonicalEncodingError(AgentReplayError, TypeError):
+    """A value cannot be encoded deterministically (so it cannot be hashed, stored or replayed).
+
+    ``path`` names where in the value the offending object sits (``inputs.messages[2]``);
+    ``where`` names the step or record it belongs to when known.
+    """
+
+    def __init__(self, message: str, *, path: str = "", where: str = "") -> None:
+        self.path = path
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        at = f" at {path}" if path else ""
+        super().__init__(f"{prefix}{message}{at}")
+
+    def located(self, where: str) -> CanonicalEncodingError:
+        """The same error, naming the step or record it happened in."""
+        return CanonicalEncodingError(self.bare_message, path=self.path, where=where)
+
+    @property
+    def bare_message(self) -> str:
+        text = str(self)
+        if self.where and text.startswith(self.where + ": "):
+            text = text[len(self.where) + 2 :]
+        if self.path and text.endswith(f" at {self.path}"):
+            text = text[: -len(f" at {self.path}")]
+        return text
+
+
+class ChainIntegrityError(AgentReplayError):
+    """A stored session does not match its hashes: tampered with, corrupted, or truncated.
+
+    ``session_id`` and ``step_index`` (the first bad step, ``None`` when the session header
+    itself is bad) say where.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str | None = None, step_index: int | None = None
+    ) -> None:
+        self.session_id = session_id
+        self.step_index = step_index
+        super().__init__(message)
+
+
+class StoreError(AgentReplayError):
+    """The store file cannot be used: not SQLite, not an agent-replay store, or a newer schema."""
+
+
+class SessionNotFoundError(StoreError, KeyError):
+    """No session with that id in the store."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "session not found"
+
+
+class VerifierError(AgentReplayError):
+    """The verifier raised, or returned something that is not a number in [0, 1]."""
+
+
+class ReplayError(AgentReplayError):
+    """A replay cannot be set up (bad plan, unusable trajectory)."""
+
+
+class PlanError(ReplayError, ValueError):
+    """A replay plan names a step that does not exist or asks for an impossible intervention."""
+
+
+class ReplayDivergenceError(ReplayError):
+    """In strict mode: a live call does not match the recorded step at its position.
+
+    ``live`` describes the live call, ``position`` where it happened, ``closest`` the recorded
+    calls that resemble it most (the vcrpy way of making a mismatch debuggable).
+    """
+
+    def __init__(self, message: str, *, position: int, live: str, closest: list[str]) -> None:
+        self.position = position
+        self.live = live
+        self.closest = closest
+        super().__init__(message)
+
+
+class SideEffectBlockedError(AgentReplayError):
+    """A side-effecting tool would have run live during a replay; agent-replay refused.
+
+    Raised inside the agent (so its outcome records it) when a plan or a diverged run asks
+    for the live execution of a tool declared ``side_effects=True`` without a mock observation.
+    """
+
+
+class RecordedStepError(AgentReplayError):
+    """Re-raised during replay when a held step had raised during recording.
+
+    Built-in exception types are re-raised as themselves; anything else arrives as this,
+    carrying ``type_name`` and the original message.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        super().__init__(f"{type_name}: {message}")
+
+
+class SuccessfulRunError(AgentReplayError):
+    """Attribution of a failure was requested on a run that passed."""
+
+
+class ImportFormatError(AgentReplayError, ValueError):
+    """A trace file or payload cannot be read; ``source`` and ``position`` say where."""
+
+    def __init__(self, message: str, *, source: str = "<data>", position: str = "") -> None:
+        self.source = source
+        self.position = position
+        at = f" (at {position})" if position else ""
+        super().__init__(f"{source}: {message}{at}")
