@@ -1,0 +1,229 @@
+"""Canonical encoding: the exact bytes that are hashed, stored and loaded.
+
+The encoding is JSON with sorted keys, no whitespace, UTF-8 and ``repr``-exact floats. Values
+JSON cannot hold are written as single-key *tagged* objects (``{"$tuple": [...]}``,
+``{"$bytes": "<base64>"}``, ...). A user dict that could be mistaken for a tag, and any dict
+whose keys are not all strings, is written as ``{"$map": [[key, value], ...]}`` with pairs in
+canonical key order. So ``decode(encode(v)) == v`` with the same types, and
+``encode(decode(b)) == b`` for every ``b`` this module wrote: what is hashed is exactly what is
+stored and exactly what comes back.
+
+Anything else (arbitrary objects, enums, dataclasses, strings holding lone surrogates) raises
+:class:`~agent_replay.errors.CanonicalEncodingError` naming the path inside the value; the
+caller adds which step it belongs to.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import enum
+import hashlib
+import json
+import math
+import uuid as _uuid
+from typing import Any
+
+from .errors import CanonicalEncodingError
+
+__all__ = ["GENESIS_HASH", "decode", "digest", "encode", "encode_and_hash", "hash_value"]
+
+#: ``prev_hash`` of the first step of every chain.
+GENESIS_HASH = "0" * 64
+
+_TAGS = frozenset(
+    {
+        "$tuple",
+        "$map",
+        "$bytes",
+        "$bytearray",
+        "$set",
+        "$frozenset",
+        "$float",
+        "$datetime",
+        "$date",
+        "$time",
+        "$decimal",
+        "$uuid",
+    }
+)
+
+_dumps = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
+def digest(data: bytes) -> str:
+    """Hex SHA-256 of ``data``: the content address used everywhere."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def encode(value: Any) -> bytes:
+    """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
+    prepared = _prepare(value, "$")
+    try:
+        return _dumps(prepared).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalEncodingError(
+            "string is not valid Unicode (lone surrogate); it cannot be stored as UTF-8",
+            path="$",
+        ) from exc
+
+
+def encode_and_hash(value: Any) -> tuple[bytes, str]:
+    """``(encode(value), digest(...))`` in one call."""
+    data = encode(value)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def hash_value(value: Any) -> str:
+    """Content hash of ``value`` (hex SHA-256 of its canonical bytes)."""
+    return hashlib.sha256(encode(value)).hexdigest()
+
+
+def decode(data: bytes | str) -> Any:
+    """Inverse of :func:`encode`. Raises ``ValueError`` on bytes this module did not write."""
+    return json.loads(data, object_hook=_untag)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def _prepare(value: Any, path: str) -> Any:
+    """Return a JSON-native tree for ``value``; the same object when nothing needs changing."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        if math.isfinite(value):
+            return value
+        return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if t is dict:
+        return _prepare_dict(value, path)
+    if t is list:
+        out = None
+        for i, item in enumerate(value):
+            new = _prepare(item, f"{path}[{i}]")
+            if new is not item and out is None:
+                out = list(value[:i])
+            if out is not None:
+                out.append(new)
+        return value if out is None else out
+    if t is tuple:
+        return {"$tuple": [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]}
+    if t is bytes:
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if t is bytearray:
+        return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
+    if t is set or t is frozenset:
+        items = sorted((_prepare(item, f"{path}{{}}") for item in value), key=_sort_key)
+        return {"$set" if t is set else "$frozenset": items}
+    return _prepare_other(value, path)
+
+
+def _prepare_dict(value: dict, path: str) -> Any:
+    if not all(type(k) is str for k in value) and all(
+        isinstance(k, str) and not isinstance(k, enum.Enum) for k in value
+    ):
+        value = {str(k): v for k, v in value.items()}  # str subclasses are stored as str
+    plain = all(type(k) is str for k in value) and not (
+        len(value) == 1 and next(iter(value)) in _TAGS
+    )
+    if plain:
+        out = None
+        for key, item in value.items():
+            new = _prepare(item, f"{path}.{key}")
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    pairs = [[_prepare(k, f"{path}<key>"), _prepare(v, f"{path}[{k!r}]")] for k, v in value.items()]
+    pairs.sort(key=lambda pair: _sort_key(pair[0]))
+    return {"$map": pairs}
+
+
+def _prepare_other(value: Any, path: str) -> Any:
+    if isinstance(value, enum.Enum):
+        raise CanonicalEncodingError(
+            f"enum member {value!r} is not stored as such; pass its .value instead", path=path
+        )
+    if isinstance(value, bool):  # bool subclasses do not exist, but keep the order explicit
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _prepare(float(value), path)
+    if isinstance(value, _dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, _dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, _dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, _uuid.UUID):
+        return {"$uuid": str(value)}
+    hint = ""
+    if hasattr(value, "model_dump"):
+        hint = " (a pydantic model: store value.model_dump(mode='json'))"
+    elif hasattr(value, "__dataclass_fields__"):
+        hint = " (a dataclass: store dataclasses.asdict(value))"
+    raise CanonicalEncodingError(
+        f"value of type {type(value).__qualname__} cannot be encoded deterministically{hint}",
+        path=path,
+    )
+
+
+def _sort_key(prepared: Any) -> bytes:
+    return _dumps(prepared).encode("utf-8", "surrogatepass")
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _untag(obj: dict) -> Any:
+    if len(obj) != 1:
+        return obj
+    ((key, payload),) = obj.items()
+    if key not in _TAGS:
+        return obj
+    try:
+        if key == "$tuple":
+            return tuple(payload)
+        if key == "$map":
+            return {_hashable(k): v for k, v in payload}
+        if key == "$bytes":
+            return base64.b64decode(payload, validate=True)
+        if key == "$bytearray":
+            return bytearray(base64.b64decode(payload, validate=True))
+        if key == "$set":
+            return {_hashable(item) for item in payload}
+        if key == "$frozenset":
+            return frozenset(_hashable(item) for item in payload)
+        if key == "$float":
+            return _FLOATS[payload]
+        if key == "$datetime":
+            return _dt.datetime.fromisoformat(payload)
+        if key == "$date":
+            return _dt.date.fromisoformat(payload)
+        if key == "$time":
+            return _dt.time.fromisoformat(payload)
+        if key == "$decimal":
+            return decimal.Decimal(payload)
+        return _uuid.UUID(payload)
+    except (TypeError, ValueError, KeyError, decimal.InvalidOperation) as exc:
+        raise ValueError(f"malformed {key} value in canonical data: {exc}") from exc
+
+
+def _hashable(value: Any) -> Any:
+    # Keys of $map and members of $set were hashable when encoded; lists only appear here if
+    # the data was not written by encode().
+    if isinstance(value, (list, dict)):
+        raise ValueError("unhashable key or set member in canonical data")
+    return value

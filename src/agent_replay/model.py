@@ -1,0 +1,438 @@
+"""The data model: steps chained by hashes into trajectories.
+
+A :class:`Step` is one GenAI operation (an LLM call, a tool call, a memory operation, ...).
+Its ``step_hash`` is ``H(prev_hash, canonical header)`` where the header holds every stored
+field and the content hashes of its inputs and outputs, so the last step's hash (the
+trajectory's ``head_hash``) is the Merkle root of the whole chain: change any stored byte and
+either a content hash, a step hash or the head changes.
+
+Everything here is immutable after construction and safe to share between threads. Values
+inside steps (``inputs``, ``action``, ...) are plain data; do not mutate them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import canonical
+from .canonical import GENESIS_HASH
+from .errors import CanonicalEncodingError, ChainIntegrityError
+
+__all__ = [
+    "FAILURE_THRESHOLD",
+    "GENESIS_HASH",
+    "Lineage",
+    "Outcome",
+    "Step",
+    "StepDraft",
+    "StepKind",
+    "Trajectory",
+    "chain_steps",
+]
+
+#: A run failed when its verifier score is below this.
+FAILURE_THRESHOLD = 0.5
+
+_SCHEMA = 1  # version of the hashed header layout; part of every hash
+
+
+class StepKind(str, enum.Enum):
+    """What kind of operation a step is. ``SPAN`` is anything not recognised."""
+
+    LLM = "llm"
+    TOOL = "tool"
+    MEMORY = "memory"
+    AGENT = "agent"
+    RETRIEVAL = "retrieval"
+    EMBEDDING = "embedding"
+    SPAN = "span"
+
+    @classmethod
+    def parse(cls, value: Any) -> StepKind:
+        """The kind named ``value`` (case-insensitive); ``SPAN`` for anything else."""
+        if isinstance(value, StepKind):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            return cls.SPAN
+
+
+@dataclass
+class StepDraft:
+    """A step before it is placed in a chain: what capture, import and replay produce."""
+
+    kind: StepKind
+    name: str
+    inputs: Any = None
+    action: Any = None
+    observation: Any = None
+    observed: bool = False
+    agent: str | None = None
+    resamplable: bool = True
+    side_effects: bool = False
+    error: Mapping[str, Any] | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    parent_span_id: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation of a trajectory, sealed into the hash chain.
+
+    ``action`` is what the step's policy produced; ``observation`` is what the environment
+    returned for it when the two differ (``observed`` says whether there is one). What the
+    agent received is :attr:`output`. ``error`` is ``{"type", "message"}`` when the operation
+    raised. ``attributes`` holds small non-content facts (model, token usage, tool call id,
+    source dialect). Build steps with :func:`chain_steps` or :meth:`Step.seal`.
+    """
+
+    index: int
+    kind: StepKind
+    name: str
+    inputs: Any
+    action: Any
+    observation: Any
+    observed: bool
+    agent: str | None
+    resamplable: bool
+    side_effects: bool
+    error: Mapping[str, Any] | None
+    started_ns: int | None
+    ended_ns: int | None
+    trace_id: str | None
+    span_id: str | None
+    parent_span_id: str | None
+    attributes: Mapping[str, Any]
+    prev_hash: str
+    input_hash: str
+    output_hash: str
+    step_hash: str
+    # canonical bytes of inputs / output payload, kept so that storing never re-encodes
+    input_bytes: bytes = field(repr=False, compare=False, default=b"")
+    output_bytes: bytes = field(repr=False, compare=False, default=b"")
+    header_bytes: bytes = field(repr=False, compare=False, default=b"")
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def seal(cls, draft: StepDraft, index: int, prev_hash: str = GENESIS_HASH) -> Step:
+        """Place ``draft`` at ``index`` after ``prev_hash``; computes every hash.
+
+        Raises :class:`CanonicalEncodingError` naming the step when a value cannot be
+        encoded deterministically.
+        """
+        kind = StepKind.parse(draft.kind)
+        where = f"step {index} ({kind.value}:{draft.name})"
+        try:
+            input_bytes, input_hash = canonical.encode_and_hash(draft.inputs)
+        except CanonicalEncodingError as exc:
+            raise exc.located(f"{where} inputs") from None
+        payload = _output_payload(draft.action, draft.observation, draft.observed, draft.error)
+        try:
+            output_bytes, output_hash = canonical.encode_and_hash(payload)
+        except CanonicalEncodingError as exc:
+            raise exc.located(f"{where} output") from None
+        step = cls(
+            index=index,
+            kind=kind,
+            name=str(draft.name),
+            inputs=draft.inputs,
+            action=draft.action,
+            observation=draft.observation if draft.observed else None,
+            observed=bool(draft.observed),
+            agent=draft.agent,
+            resamplable=bool(draft.resamplable),
+            side_effects=bool(draft.side_effects),
+            error=dict(draft.error) if draft.error else None,
+            started_ns=draft.started_ns,
+            ended_ns=draft.ended_ns,
+            trace_id=draft.trace_id,
+            span_id=draft.span_id,
+            parent_span_id=draft.parent_span_id,
+            attributes=dict(draft.attributes or {}),
+            prev_hash=prev_hash,
+            input_hash=input_hash,
+            output_hash=output_hash,
+            step_hash="",
+            input_bytes=input_bytes,
+            output_bytes=output_bytes,
+        )
+        try:
+            header_bytes = canonical.encode(step.header())
+        except CanonicalEncodingError as exc:
+            raise exc.located(f"{where} attributes") from None
+        object.__setattr__(step, "step_hash", canonical.digest(header_bytes))
+        object.__setattr__(step, "header_bytes", header_bytes)
+        return step
+
+    # -- views ----------------------------------------------------------------------------
+
+    @property
+    def output(self) -> Any:
+        """What the agent received from this step: the observation if any, else the action."""
+        return self.observation if self.observed else self.action
+
+    @property
+    def label(self) -> str:
+        """``kind:name``, the way steps are named in reports."""
+        return f"{self.kind.value}:{self.name}"
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """``(kind, name, input_hash)``: how a live call is matched to this recorded step."""
+        return (self.kind.value, self.name, self.input_hash)
+
+    def header(self) -> dict[str, Any]:
+        """The hashed description of this step: every stored field, content by hash."""
+        return {
+            "v": _SCHEMA,
+            "prev": self.prev_hash,
+            "index": self.index,
+            "kind": self.kind.value,
+            "name": self.name,
+            "agent": self.agent,
+            "resamplable": self.resamplable,
+            "side_effects": self.side_effects,
+            "timing": [self.started_ns, self.ended_ns],
+            "ids": [self.trace_id, self.span_id, self.parent_span_id],
+            "attributes": self.attributes,
+            "input_hash": self.input_hash,
+            "output_hash": self.output_hash,
+        }
+
+    def draft(self) -> StepDraft:
+        """An unsealed copy, e.g. to re-chain it at another position."""
+        return StepDraft(
+            kind=self.kind,
+            name=self.name,
+            inputs=self.inputs,
+            action=self.action,
+            observation=self.observation,
+            observed=self.observed,
+            agent=self.agent,
+            resamplable=self.resamplable,
+            side_effects=self.side_effects,
+            error=self.error,
+            started_ns=self.started_ns,
+            ended_ns=self.ended_ns,
+            trace_id=self.trace_id,
+            span_id=self.span_id,
+            parent_span_id=self.parent_span_id,
+            attributes=self.attributes,
+        )
+
+    def output_payload(self) -> dict[str, Any]:
+        """What :attr:`output_hash` covers: action, observation (if any) and error (if any)."""
+        return _output_payload(self.action, self.observation, self.observed, self.error)
+
+    def check(self) -> str | None:
+        """Recompute every hash; ``None`` when consistent, else what is wrong."""
+        payload = self.output_payload()
+        if canonical.hash_value(self.inputs) != self.input_hash:
+            return "inputs do not match input_hash"
+        if canonical.hash_value(payload) != self.output_hash:
+            return "outputs do not match output_hash"
+        if canonical.hash_value(self.header()) != self.step_hash:
+            return "header does not match step_hash"
+        return None
+
+
+def _output_payload(action: Any, observation: Any, observed: bool, error: Any) -> dict:
+    payload: dict[str, Any] = {"action": action}
+    if observed:
+        payload["observation"] = observation
+    if error:
+        payload["error"] = dict(error)
+    return payload
+
+
+def chain_steps(
+    drafts: Iterable[StepDraft], prev_hash: str = GENESIS_HASH, start_index: int = 0
+) -> tuple[Step, ...]:
+    """Seal ``drafts`` in order into a hash chain starting after ``prev_hash``."""
+    steps = []
+    for offset, draft in enumerate(drafts):
+        step = Step.seal(draft, start_index + offset, prev_hash)
+        steps.append(step)
+        prev_hash = step.step_hash
+    return tuple(steps)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended.
+
+    ``score`` is the verifier's value in [0, 1] (``None`` when no verifier ran); ``failed`` is
+    ``score < 0.5``, or ``True`` when the agent raised (``error`` then holds ``type``,
+    ``message`` and ``traceback``). ``result`` is what the agent returned.
+    """
+
+    score: float | None = None
+    failed: bool | None = None
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "failed": self.failed,
+            "result": self.result,
+            "error": dict(self.error) if self.error else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Outcome | None:
+        if data is None:
+            return None
+        return cls(
+            score=data.get("score"),
+            failed=data.get("failed"),
+            result=data.get("result"),
+            error=data.get("error"),
+        )
+
+    @classmethod
+    def from_score(
+        cls, score: float | None, result: Any = None, error: Mapping[str, Any] | None = None
+    ) -> Outcome:
+        failed = True if error else (None if score is None else score < FAILURE_THRESHOLD)
+        return cls(score=score, failed=failed, result=result, error=error)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a branch came from: ``parent_session`` forked at ``fork_step`` by ``intervention``."""
+
+    parent_session: str
+    fork_step: int
+    intervention: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parent_session": self.parent_session,
+            "fork_step": self.fork_step,
+            "intervention": dict(self.intervention),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Lineage | None:
+        if data is None:
+            return None
+        return cls(
+            parent_session=data["parent_session"],
+            fork_step=int(data["fork_step"]),
+            intervention=data.get("intervention") or {},
+        )
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A recorded run: its steps in order plus what is needed to replay and judge it.
+
+    ``effects`` are the values the agent body read from ``ctx.now()`` / ``ctx.uuid()``, as
+    ``(segment, kind, value)`` where ``segment`` is the number of steps completed before the
+    read; replay serves them back so a held prefix is reproduced exactly. ``metadata`` holds
+    ``source`` (``native``, ``otel``, ``import:<format>``), the capture report and anything
+    else worth keeping; it is part of the session digest.
+    """
+
+    session_id: str
+    steps: tuple[Step, ...] = ()
+    task: Any = None
+    seed: int | None = None
+    outcome: Outcome | None = None
+    lineage: Lineage | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    effects: tuple[tuple[int, str, Any], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def __getitem__(self, index: int) -> Step:
+        return self.steps[index]
+
+    @property
+    def head_hash(self) -> str:
+        """The last step's hash: the Merkle root of the chain (genesis hash when empty)."""
+        return self.steps[-1].step_hash if self.steps else GENESIS_HASH
+
+    # seed-compatible alias
+    root_hash = head_hash
+
+    @property
+    def failed(self) -> bool | None:
+        return None if self.outcome is None else self.outcome.failed
+
+    @property
+    def source(self) -> str:
+        return str(self.metadata.get("source", "native"))
+
+    @property
+    def agents(self) -> list[str]:
+        """Distinct acting agents, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for step in self.steps:
+            if step.agent is not None:
+                seen.setdefault(step.agent, None)
+        return list(seen)
+
+    def header(self) -> dict[str, Any]:
+        """Everything about the session except its steps, as hashed into :attr:`digest`."""
+        return {
+            "v": _SCHEMA,
+            "session_id": self.session_id,
+            "head": self.head_hash,
+            "n_steps": len(self.steps),
+            "task": self.task,
+            "seed": self.seed,
+            "outcome": None if self.outcome is None else self.outcome.to_dict(),
+            "lineage": None if self.lineage is None else self.lineage.to_dict(),
+            "metadata": self.metadata,
+            "effects": [list(e) for e in self.effects],
+        }
+
+    @property
+    def digest(self) -> str:
+        """Hash of :meth:`header`: covers the chain (through its head) and the session data."""
+        try:
+            return canonical.hash_value(self.header())
+        except CanonicalEncodingError as exc:
+            raise exc.located(f"session {self.session_id}") from None
+
+    def verify(self) -> None:
+        """Recompute every hash of the chain; raise :class:`ChainIntegrityError` at the first
+        bad step."""
+        prev = GENESIS_HASH
+        for position, step in enumerate(self.steps):
+            problem = None
+            if step.index != position:
+                problem = f"index {step.index} at position {position}"
+            elif step.prev_hash != prev:
+                problem = "prev_hash does not link to the previous step"
+            else:
+                problem = step.check()
+            if problem:
+                raise ChainIntegrityError(
+                    f"session {self.session_id!r}: step {position} ({step.label}): {problem}",
+                    session_id=self.session_id,
+                    step_index=position,
+                )
+            prev = step.step_hash
+
+    def with_outcome(self, outcome: Outcome | None) -> Trajectory:
+        return replace(self, outcome=outcome)
+
+    def with_steps(self, drafts: Sequence[StepDraft]) -> Trajectory:
+        """A copy whose chain is ``drafts`` sealed from genesis."""
+        return replace(self, steps=chain_steps(drafts))

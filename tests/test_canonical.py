@@ -1,0 +1,105 @@
+import datetime
+import decimal
+import math
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_replay import canonical
+from agent_replay.errors import CanonicalEncodingError
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True)
+    | st.text()
+    | st.binary(max_size=32)
+)
+hashable = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=6,
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+        | st.dictionaries(hashable, inner, max_size=3)
+        | st.sets(hashable, max_size=3)
+    ),
+    max_leaves=25,
+)
+
+
+def same(a, b) -> bool:
+    """Equality that treats NaN as equal to itself and checks types."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return canonical.encode(a) == canonical.encode(b)
+    return canonical.encode(a) == canonical.encode(b)
+
+
+@settings(max_examples=400)
+@given(values)
+def test_round_trip_is_exact(value):
+    data = canonical.encode(value)
+    back = canonical.decode(data)
+    assert same(back, value)
+    assert canonical.encode(back) == data  # what is hashed is what comes back
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers(), max_size=6))
+def test_key_order_does_not_matter(d):
+    reordered = dict(reversed(list(d.items())))
+    assert canonical.encode(d) == canonical.encode(reordered)
+
+
+def test_tagged_types_and_escaping():
+    value = {
+        "t": (1, 2),
+        "b": b"\x00",
+        "s": {3, 1},
+        "nan": math.inf,
+        "dt": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+        "dec": decimal.Decimal("1.10"),
+        "u": uuid.UUID(int=5),
+        "clash": {"$tuple": [1]},
+        7: "int key",
+    }
+    back = canonical.decode(canonical.encode(value))
+    assert back == value
+    assert isinstance(back["t"], tuple) and back["clash"] == {"$tuple": [1]}
+
+
+def test_exact_floats():
+    for x in (0.1, 1e-320, 2.0**60, -0.0, 1.7976931348623157e308):
+        assert canonical.decode(canonical.encode(x)) == x
+
+
+@pytest.mark.parametrize("bad", [object(), lambda: 1, {"a": [1, {"b": object()}]}])
+def test_unencodable_values_name_the_path(bad):
+    with pytest.raises(CanonicalEncodingError) as info:
+        canonical.encode(bad)
+    assert "cannot be encoded deterministically" in str(info.value)
+
+
+def test_path_in_error():
+    with pytest.raises(CanonicalEncodingError, match=r"\$\.a\[1\]\.b"):
+        canonical.encode({"a": [1, {"b": object()}]})
+
+
+def test_decode_rejects_garbage():
+    with pytest.raises(ValueError):
+        canonical.decode(b'{"$bytes": "***"}')

@@ -1,0 +1,81 @@
+import dataclasses
+import itertools
+
+import pytest
+
+from agent_replay.errors import CanonicalEncodingError, ChainIntegrityError
+from agent_replay.model import GENESIS_HASH, StepDraft, StepKind, Trajectory, chain_steps
+
+
+def drafts(n=4):
+    return [
+        StepDraft(
+            kind=StepKind.LLM if i % 2 == 0 else StepKind.TOOL,
+            name=f"s{i}",
+            inputs={"i": i},
+            action=f"out{i}",
+            agent="a",
+        )
+        for i in range(n)
+    ]
+
+
+def test_chain_links_and_head():
+    steps = chain_steps(drafts())
+    assert steps[0].prev_hash == GENESIS_HASH
+    for a, b in itertools.pairwise(steps):
+        assert b.prev_hash == a.step_hash
+    traj = Trajectory("s", steps)
+    assert traj.head_hash == steps[-1].step_hash
+    traj.verify()
+
+
+def test_every_field_is_covered_by_the_head_hash():
+    base = Trajectory("s", chain_steps(drafts()))
+    for field in (
+        "kind",
+        "name",
+        "inputs",
+        "action",
+        "agent",
+        "resamplable",
+        "side_effects",
+        "started_ns",
+        "attributes",
+        "error",
+    ):
+        changed = drafts()
+        value = {
+            "kind": StepKind.MEMORY,
+            "name": "x",
+            "inputs": {"i": 99},
+            "action": "y",
+            "agent": "b",
+            "resamplable": False,
+            "side_effects": True,
+            "started_ns": 5,
+            "attributes": {"k": 1},
+            "error": {"type": "E", "message": "m"},
+        }[field]
+        setattr(changed[1], field, value)
+        assert Trajectory("s", chain_steps(changed)).head_hash != base.head_hash, field
+
+
+def test_verify_names_first_bad_step():
+    steps = list(chain_steps(drafts()))
+    steps[2] = dataclasses.replace(steps[2], action="tampered")
+    with pytest.raises(ChainIntegrityError) as info:
+        Trajectory("s", tuple(steps)).verify()
+    assert info.value.step_index == 2
+
+
+def test_unencodable_value_names_the_step():
+    bad = drafts()
+    bad[2].action = object()
+    with pytest.raises(CanonicalEncodingError, match=r"step 2 \(llm:s2\) output"):
+        chain_steps(bad)
+
+
+def test_unknown_kind_becomes_span():
+    assert StepKind.parse("WHATEVER") is StepKind.SPAN
+    assert StepKind.parse("LLM") is StepKind.LLM
