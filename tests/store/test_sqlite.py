@@ -1,0 +1,106 @@
+import sqlite3
+
+import pytest
+
+from agent_replay import CheckpointStore, Outcome, Trajectory
+from agent_replay.errors import ChainIntegrityError, SessionNotFoundError, StoreError
+from agent_replay.model import Lineage, StepDraft, StepKind, chain_steps
+
+
+def make(session="s1", n=5, payload="x"):
+    steps = chain_steps(
+        StepDraft(
+            kind=StepKind.TOOL,
+            name=f"t{i}",
+            inputs={"q": i, "blob": payload},
+            action=(i, payload),
+            agent="bot",
+        )
+        for i in range(n)
+    )
+    return Trajectory(
+        session,
+        steps,
+        task={"q": "t"},
+        seed=3,
+        outcome=Outcome.from_score(0.0, {"r": 1}),
+        metadata={"source": "native"},
+        effects=((1, "now", 1.5),),
+    )
+
+
+def test_round_trip_is_identical(db_path):
+    traj = make()
+    with CheckpointStore(db_path) as store:
+        store.save(traj)
+        loaded = store.load("s1")
+    assert loaded == traj and loaded.digest == traj.digest
+    assert isinstance(loaded.steps[0].action, tuple)
+    loaded.verify()
+
+
+def test_fork_prefix_and_blobs_are_shared(db_path):
+    parent = make("parent", 6, payload="p" * 1000)
+    child_drafts = [s.draft() for s in parent.steps[:4]] + [
+        StepDraft(kind=StepKind.TOOL, name="alt", inputs={"q": 9}, action="new")
+    ]
+    child = Trajectory(
+        "child", chain_steps(child_drafts), lineage=Lineage("parent", 4, {"do": "new"})
+    )
+    with CheckpointStore(db_path) as store:
+        store.save(parent)
+        store.save(child)
+        stats = store.stats()
+        assert stats["steps"] == 6 + 1  # 4 shared prefix steps stored once
+        assert store.children("parent") == ["child"]
+        assert store.load("child").lineage.fork_step == 4
+
+
+@pytest.mark.parametrize(
+    "table,column,key",
+    [("blobs", "data", "hash"), ("steps", "header", "hash"), ("sessions", "header", "session_id")],
+)
+def test_flipping_one_stored_bit_is_detected(db_path, table, column, key):
+    with CheckpointStore(db_path) as store:
+        store.save(make())
+    conn = sqlite3.connect(db_path)
+    ident, data = conn.execute(
+        f"SELECT {key}, {column} FROM {table} ORDER BY {key} LIMIT 1"
+    ).fetchone()
+    data = bytearray(data)
+    data[len(data) // 2] ^= 0x01
+    conn.execute(f"UPDATE {table} SET {column}=? WHERE {key}=?", (bytes(data), ident))
+    conn.commit()
+    conn.close()
+    with CheckpointStore(db_path) as store:
+        with pytest.raises(ChainIntegrityError):
+            store.load("s1")
+        (result,) = store.verify("s1")
+        assert not result.ok and result.problem
+
+
+def test_missing_session(db_path):
+    with CheckpointStore(db_path) as store, pytest.raises(SessionNotFoundError):
+        store.load("nope")
+
+
+def test_foreign_files_are_refused(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not a database at all")
+    with pytest.raises(StoreError, match="not a SQLite database"):
+        CheckpointStore(text)
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE users(id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not an agent-replay store"):
+        CheckpointStore(other)
+
+
+def test_replace_false_refuses_other_content(db_path):
+    with CheckpointStore(db_path) as store:
+        store.save(make(payload="a"))
+        store.save(make(payload="a"), replace=False)  # identical: fine
+        with pytest.raises(StoreError, match="already exists"):
+            store.save(make(payload="b"), replace=False)
