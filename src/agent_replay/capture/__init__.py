@@ -1,0 +1,1 @@
+"""Capture: the ctx recording API and the OpenTelemetry span processor."""

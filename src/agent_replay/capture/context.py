@@ -1,0 +1,615 @@
+"""The ``ctx`` an agent routes its non-deterministic work through.
+
+``ctx.llm`` / ``ctx.tool`` / ``ctx.memory`` each make one *step*: a named operation with
+inputs, whose ``produce`` callable is the step's policy (it returns the action) and whose
+optional ``observe`` callable is the environment (it turns the action into an observation).
+``ctx.rng``, ``ctx.now()`` and ``ctx.uuid()`` are the only sources of randomness, time and
+identifiers an agent should use; they are keyed so that a replay reproduces them.
+
+The same context class serves recording and replay: a *driver* decides, for each call, whether
+to run the policy live or serve a recorded value (and what to do with the observation), and
+collects the resulting step. The recorder is one driver, the replayer another. Sync agents get
+:class:`AgentContext`, ``async def`` agents :class:`AsyncAgentContext` (awaitable steps, and
+``produce`` / ``observe`` may be coroutines).
+
+``produce`` takes no argument, or one: the step's inputs as the driver presents them (edited
+when a replay plan edits the context). Keyword names ``produce``, ``observe``, ``side_effects``,
+``resamplable``, ``default``, ``agent`` and ``operation`` are reserved; every other keyword is
+an input of the step.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import json
+import os
+import random
+import time
+import uuid as _uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from opentelemetry import trace
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+
+from .._version import __version__
+from ..errors import RecordedStepError
+from ..model import StepKind
+from .seeds import ContextRandom
+
+__all__ = [
+    "AgentContext",
+    "AsyncAgentContext",
+    "Decision",
+    "Driver",
+    "StepCall",
+    "current_context",
+]
+
+SCOPE_NAME = "agent_replay"
+"""Instrumentation scope of the spans the ctx API emits (the span processor skips them)."""
+
+
+class _ActiveStep:
+    """The step whose produce/observe is running: its context, stream seed and model hint."""
+
+    __slots__ = ("ctx", "model_hint", "rng", "seed")
+
+    def __init__(self, ctx: AgentContext, seed: int, model_hint: str | None) -> None:
+        self.ctx = ctx
+        self.seed = seed
+        self.model_hint = model_hint
+        self.rng: random.Random | None = None  # created on first use: most steps never draw
+
+
+# The step whose produce/observe is running, and the run the calling code is inside.
+_ACTIVE_STEP: ContextVar[_ActiveStep | None] = ContextVar("agent_replay_active_step", default=None)
+_CURRENT: ContextVar[AgentContext | None] = ContextVar("agent_replay_context", default=None)
+_AGENT: ContextVar[tuple[AgentContext, str] | None] = ContextVar("agent_replay_agent", default=None)
+
+# Captured before anything can patch them, so ctx.now()/uuid() always read the real sources.
+_REAL_TIME = time.time
+_REAL_UUID4 = _uuid.uuid4
+
+
+def current_context() -> AgentContext | None:
+    """The recording or replay context the calling code runs inside, if any."""
+    return _CURRENT.get()
+
+
+@dataclass(slots=True)
+class StepCall:
+    """A live call of ``ctx.llm`` / ``ctx.tool`` / ``ctx.memory`` as the agent made it."""
+
+    kind: StepKind
+    name: str
+    inputs: dict[str, Any]
+    produce: Callable[..., Any] | None
+    observe: Callable[[Any], Any] | None = None
+    side_effects: bool = False
+    resamplable: bool = True
+    default: Any = None
+    agent: str | None = None
+    operation: str | None = None
+
+
+@dataclass(slots=True)
+class Decision:
+    """What a driver wants done for one call.
+
+    ``run_produce`` runs the policy live (else ``action`` is served); ``run_observe`` runs the
+    environment on the action (else ``observation`` is served when ``observed``). ``removed``
+    skips the step and hands the agent ``StepCall.default``. ``error`` re-raises a recorded
+    failure instead of serving a value. ``seed`` keys the step's random stream; ``inputs`` is
+    what ``produce`` sees. ``state`` is the driver's own bookkeeping for :meth:`Driver.commit`.
+    """
+
+    position: int
+    inputs: Any
+    seed: int
+    run_produce: bool = True
+    action: Any = None
+    run_observe: bool = False
+    observation: Any = None
+    observed: bool = False
+    removed: bool = False
+    error: Mapping[str, Any] | None = None
+    model_hint: str | None = None
+    state: Any = None
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What happened when a decision was carried out."""
+
+    action: Any
+    observation: Any
+    observed: bool
+    error: dict[str, Any] | None
+    started_ns: int
+    ended_ns: int
+    trace_id: str | None
+    span_id: str | None
+    parent_span_id: str | None
+
+
+class Driver(Protocol):
+    """Decides each step of a run and collects the outcome (recorder, replayer, ...)."""
+
+    def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision: ...
+
+    def commit(
+        self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
+    ) -> None: ...
+
+    def body_seed(self, segment: int) -> int: ...
+
+    def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any: ...
+
+
+_RESERVED = ("produce", "observe", "side_effects", "resamplable", "default", "agent", "operation")
+
+
+class AgentContext:
+    """The handle a synchronous agent receives as its first argument.
+
+    Not thread-safe across concurrent steps of one run; use one context per run.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        session_id: str,
+        seed: int,
+        task: Any = None,
+        tracer: trace.Tracer | None = None,
+        capture_content: bool | None = None,
+    ) -> None:
+        self._driver = driver
+        self.session_id = session_id
+        self.seed = seed
+        self.task = task
+        self._tracer = tracer
+        self._capture_content = (
+            content_capture_enabled() if capture_content is None else capture_content
+        )
+        self.position = 0  # steps begun so far: the current body segment
+        self._body: dict[int, random.Random] = {}
+        self.rng: random.Random = ContextRandom(self._current_rng)
+
+    # -- randomness, time, ids ------------------------------------------------------------
+
+    def _current_rng(self) -> random.Random:
+        active = _ACTIVE_STEP.get()
+        if active is not None and active.ctx is self:
+            if active.rng is None:
+                active.rng = random.Random(active.seed)
+            return active.rng
+        segment = self.position
+        stream = self._body.get(segment)
+        if stream is None:
+            stream = self._body[segment] = random.Random(self._driver.body_seed(segment))
+        return stream
+
+    @property
+    def model_hint(self) -> str | None:
+        """The model a replay plan asks the running step to use (``None``: its own choice)."""
+        active = _ACTIVE_STEP.get()
+        return active.model_hint if active is not None and active.ctx is self else None
+
+    def now(self) -> float:
+        """Wall-clock seconds; recorded, and served back when a replay holds this point."""
+        return self._driver.effect(self, "now", _REAL_TIME)
+
+    def uuid(self) -> str:
+        """A uuid4 string; recorded, and served back when a replay holds this point."""
+        return self._driver.effect(self, "uuid", lambda: str(_REAL_UUID4()))
+
+    # -- agents ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def agent(self, name: str) -> Iterator[None]:
+        """Attribute the steps inside the block to agent ``name`` (emits ``invoke_agent``)."""
+        token = _AGENT.set((self, name))
+        span_cm = (
+            self._tracer.start_as_current_span(
+                f"invoke_agent {name}",
+                kind=trace.SpanKind.INTERNAL,
+                attributes={
+                    gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
+                    gen_ai.GEN_AI_AGENT_NAME: name,
+                    "agent_replay.session.id": self.session_id,
+                },
+            )
+            if self._tracer is not None
+            else contextlib.nullcontext()
+        )
+        try:
+            with span_cm:
+                yield
+        finally:
+            _AGENT.reset(token)
+
+    def _acting_agent(self, explicit: str | None) -> str | None:
+        if explicit is not None:
+            return explicit
+        scope = _AGENT.get()
+        return scope[1] if scope is not None and scope[0] is self else None
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def llm(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+        """An LLM call named ``name``: ``produce`` returns the model's output."""
+        return self._step(self._call(StepKind.LLM, name, produce, inputs))
+
+    def tool(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+        """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
+
+        ``side_effects=True`` marks a tool that must never run again during replays (it is
+        held or served a mock observation).
+        """
+        return self._step(self._call(StepKind.TOOL, name, produce, inputs))
+
+    def memory(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+        """A memory operation (``operation=`` one of the GenAI memory operations, default
+        ``search_memory``)."""
+        return self._step(self._call(StepKind.MEMORY, name, produce, inputs))
+
+    def _call(
+        self, kind: StepKind, name: str, produce: Callable[..., Any] | None, inputs: dict[str, Any]
+    ) -> StepCall:
+        options = {key: inputs.pop(key) for key in _RESERVED[1:] if key in inputs}
+        side_effects = bool(options.get("side_effects", False))
+        resamplable = options.get("resamplable")
+        return StepCall(
+            kind=kind,
+            name=str(name),
+            inputs=inputs,
+            produce=produce,
+            observe=options.get("observe"),
+            side_effects=side_effects,
+            resamplable=(not side_effects) if resamplable is None else bool(resamplable),
+            default=options.get("default"),
+            agent=self._acting_agent(options.get("agent")),
+            operation=options.get("operation"),
+        )
+
+    def _begin(self, call: StepCall) -> Decision:
+        position = self.position
+        self.position = position + 1
+        return self._driver.begin(self, call, position)
+
+    def _step(self, call: StepCall) -> Any:
+        decision = self._begin(call)
+        if decision.removed:
+            return call.default
+        span, span_token = self._start_span(call, decision)
+        active = _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
+        started = time.time_ns()
+        action = observation = None
+        observed = False
+        error = None
+        try:
+            if decision.error is not None:
+                raise rebuild_exception(decision.error)
+            action = _invoke(call.produce, decision) if decision.run_produce else decision.action
+            if decision.run_observe:
+                observation, observed = call.observe(action), True
+            elif decision.observed:
+                observation, observed = decision.observation, True
+        except BaseException as exc:
+            error = describe_exception(exc)
+            raise
+        finally:
+            _ACTIVE_STEP.reset(active)
+            self._finish(
+                call, decision, span, span_token, started, action, observation, observed, error
+            )
+        return observation if observed else action
+
+    def _finish(
+        self,
+        call: StepCall,
+        decision: Decision,
+        span: Any,
+        span_token: Any,
+        started: int,
+        action: Any,
+        observation: Any,
+        observed: bool,
+        error: dict[str, Any] | None,
+    ) -> None:
+        ended = time.time_ns()
+        ids = (None, None, None)
+        if span is not None:
+            ids = _span_ids(span)
+            self._end_span(span, span_token, call, decision, action, observation, observed, error)
+        self._driver.commit(
+            self,
+            call,
+            decision,
+            StepResult(
+                action=action,
+                observation=observation,
+                observed=observed,
+                error=error,
+                started_ns=started,
+                ended_ns=ended,
+                trace_id=ids[0],
+                span_id=ids[1],
+                parent_span_id=ids[2],
+            ),
+        )
+
+    # -- spans ----------------------------------------------------------------------------
+
+    def _start_span(self, call: StepCall, decision: Decision) -> tuple[Any, Any]:
+        if self._tracer is None:
+            return None, None
+        span = self._tracer.start_span(
+            span_name(call),
+            kind=_SPAN_KIND[call.kind],
+            attributes=span_attributes(
+                call, decision.position, self.session_id, decision.model_hint
+            ),
+        )
+        token = trace.context_api.attach(trace.set_span_in_context(span))
+        return span, token
+
+    def _end_span(
+        self,
+        span: Any,
+        token: Any,
+        call: StepCall,
+        decision: Decision,
+        action: Any,
+        observation: Any,
+        observed: bool,
+        error: dict[str, Any] | None,
+    ) -> None:
+        try:
+            if self._capture_content:
+                for key, value in content_attributes(
+                    call, decision.inputs, observation if observed else action
+                ).items():
+                    span.set_attribute(key, value)
+            if error is not None:
+                span.set_attribute("error.type", error["type"])
+                span.set_status(trace.Status(trace.StatusCode.ERROR, error["message"][:512]))
+        finally:
+            trace.context_api.detach(token)
+            span.end()
+
+
+class AsyncAgentContext(AgentContext):
+    """The handle an ``async def`` agent receives: steps are awaitable.
+
+    ``produce`` and ``observe`` may be plain callables or return awaitables. Concurrent steps
+    (``asyncio.gather``) are numbered in the order they are called.
+    """
+
+    async def llm(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        **inputs: Any,
+    ) -> Any:
+        return await self._astep(self._call(StepKind.LLM, name, produce, inputs))
+
+    async def tool(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        **inputs: Any,
+    ) -> Any:
+        return await self._astep(self._call(StepKind.TOOL, name, produce, inputs))
+
+    async def memory(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        **inputs: Any,
+    ) -> Any:
+        return await self._astep(self._call(StepKind.MEMORY, name, produce, inputs))
+
+    async def _astep(self, call: StepCall) -> Any:
+        decision = self._begin(call)
+        if decision.removed:
+            return call.default
+        span, span_token = self._start_span(call, decision)
+        active = _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
+        started = time.time_ns()
+        action = observation = None
+        observed = False
+        error = None
+        try:
+            if decision.error is not None:
+                raise rebuild_exception(decision.error)
+            if decision.run_produce:
+                action = _invoke(call.produce, decision)
+                if inspect.isawaitable(action):
+                    action = await action
+            else:
+                action = decision.action
+            if decision.run_observe:
+                observation = call.observe(action)
+                if inspect.isawaitable(observation):
+                    observation = await observation
+                observed = True
+            elif decision.observed:
+                observation, observed = decision.observation, True
+        except BaseException as exc:
+            error = describe_exception(exc)
+            raise
+        finally:
+            _ACTIVE_STEP.reset(active)
+            self._finish(
+                call, decision, span, span_token, started, action, observation, observed, error
+            )
+        return observation if observed else action
+
+
+# -- helpers shared with the replayer and the span processor -----------------------------------
+
+
+def _invoke(produce: Callable[..., Any] | None, decision: Decision) -> Any:
+    if produce is None:
+        return None
+    if _takes_argument(produce):
+        return produce(decision.inputs)
+    return produce()
+
+
+_ARITY: dict[Any, bool] = {}
+
+
+def _takes_argument(fn: Callable[..., Any]) -> bool:
+    code = getattr(fn, "__code__", None)
+    key = code if code is not None else fn
+    cached = _ARITY.get(key)
+    if cached is None:
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            cached = False
+        else:
+            cached = any(
+                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+                for p in params
+            )
+        if len(_ARITY) < 10_000:
+            _ARITY[key] = cached
+    return cached
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """The stored form of an exception a step raised."""
+    cls = type(exc)
+    return {"type": cls.__qualname__, "module": cls.__module__, "message": str(exc)}
+
+
+def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
+    """An exception like the recorded one: built-ins as themselves, others as RecordedStepError."""
+    if error.get("module") == "builtins":
+        cls = getattr(builtins, str(error.get("type")), None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                return cls(error.get("message", ""))
+            except Exception:
+                pass
+    return RecordedStepError(str(error.get("type")), str(error.get("message", "")))
+
+
+def content_capture_enabled() -> bool:
+    """Whether GenAI message content may go on spans (the OTel opt-in environment variable)."""
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return value.strip().lower() in ("span_only", "span_and_event", "true", "1")
+
+
+_SPAN_KIND = {
+    StepKind.LLM: trace.SpanKind.CLIENT,
+    StepKind.TOOL: trace.SpanKind.INTERNAL,
+    StepKind.MEMORY: trace.SpanKind.CLIENT,
+}
+_OPERATION = {StepKind.LLM: "chat", StepKind.TOOL: "execute_tool"}
+
+
+def operation_name(call: StepCall) -> str:
+    if call.kind is StepKind.MEMORY:
+        return call.operation or "search_memory"
+    return _OPERATION.get(call.kind, "chat")
+
+
+def span_name(call: StepCall) -> str:
+    return f"{operation_name(call)} {call.name}"
+
+
+def span_attributes(
+    call: StepCall, position: int, session_id: str, model_hint: str | None
+) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        gen_ai.GEN_AI_OPERATION_NAME: operation_name(call),
+        "agent_replay.session.id": session_id,
+        "agent_replay.step.index": position,
+        "agent_replay.step.name": call.name,
+        "agent_replay.step.kind": call.kind.value,
+    }
+    if call.kind is StepKind.TOOL:
+        attrs[gen_ai.GEN_AI_TOOL_NAME] = call.name
+        attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
+    model = model_hint or call.inputs.get("model")
+    if call.kind is StepKind.LLM and isinstance(model, str):
+        attrs[gen_ai.GEN_AI_REQUEST_MODEL] = model
+    if call.agent is not None:
+        attrs[gen_ai.GEN_AI_AGENT_NAME] = call.agent
+    if call.side_effects:
+        attrs["agent_replay.step.side_effects"] = True
+    return attrs
+
+
+def content_attributes(call: StepCall, inputs: Any, output: Any) -> dict[str, str]:
+    """Opt-in content attributes in the GenAI conventions' shape (JSON strings on spans)."""
+    inputs_json = _json(inputs)
+    output_json = _json(output)
+    attrs = {"agent_replay.step.inputs": inputs_json, "agent_replay.step.output": output_json}
+    if call.kind is StepKind.TOOL:
+        attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = inputs_json
+        attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = output_json
+    elif call.kind is StepKind.LLM:
+        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": inputs_json}]}]
+        )
+        attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+            [
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": output_json}],
+                    "finish_reason": "stop",
+                }
+            ]
+        )
+    return attrs
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _span_ids(span: Any) -> tuple[str | None, str | None, str | None]:
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None, None, None
+    parent = getattr(span, "parent", None)
+    return (
+        format(ctx.trace_id, "032x"),
+        format(ctx.span_id, "016x"),
+        format(parent.span_id, "016x") if parent is not None else None,
+    )
+
+
+def make_tracer(tracer_provider: trace.TracerProvider | None) -> trace.Tracer:
+    """The tracer the ctx API emits on (the global provider unless one is passed)."""
+    provider = tracer_provider or trace.get_tracer_provider()
+    return provider.get_tracer(SCOPE_NAME, __version__)
+
+
+def activate(ctx: AgentContext) -> Any:
+    """Make ``ctx`` the ambient context; returns the token for :func:`deactivate`."""
+    return _CURRENT.set(ctx)
+
+
+def deactivate(token: Any) -> None:
+    _CURRENT.reset(token)
+
+
+def inside_step() -> bool:
+    """Whether the calling code runs inside a recorded or replayed step's policy."""
+    return _ACTIVE_STEP.get() is not None

@@ -1,0 +1,255 @@
+"""Recording a native agent: every ``ctx`` step runs live, becomes a span and a sealed step."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import trace
+
+from ..errors import CanonicalEncodingError
+from ..model import GENESIS_HASH, Step, StepDraft, StepKind, Trajectory
+from .context import (
+    AgentContext,
+    AsyncAgentContext,
+    Decision,
+    StepCall,
+    StepResult,
+    activate,
+    deactivate,
+    make_tracer,
+    operation_name,
+)
+from .run import Verifier, call_agent, is_async_agent, judge, run_coroutine
+from .seeds import derive_seed
+
+__all__ = ["Recorder", "arecord", "record", "step_draft"]
+
+
+def step_draft(
+    call: StepCall, inputs: Any, result: StepResult, *, attributes: Mapping[str, Any] | None = None
+) -> StepDraft:
+    """The step a finished call becomes (shared by the recorder and the replayer)."""
+    attrs: dict[str, Any] = {}
+    if call.kind is StepKind.MEMORY:
+        attrs["operation"] = operation_name(call)
+    model = call.inputs.get("model")
+    if isinstance(model, str):
+        attrs["model"] = model
+    if attributes:
+        attrs.update(attributes)
+    return StepDraft(
+        kind=call.kind,
+        name=call.name,
+        inputs=inputs,
+        action=result.action,
+        observation=result.observation,
+        observed=result.observed,
+        agent=call.agent,
+        resamplable=call.resamplable,
+        side_effects=call.side_effects,
+        error=result.error,
+        started_ns=result.started_ns,
+        ended_ns=result.ended_ns,
+        trace_id=result.trace_id,
+        span_id=result.span_id,
+        parent_span_id=result.parent_span_id,
+        attributes=attrs,
+    )
+
+
+class Recorder:
+    """The recording driver: runs every policy live and seals steps in call order.
+
+    Steps are sealed as soon as every earlier step has finished (nested or concurrent steps
+    finish out of order), so a value that cannot be encoded is reported at the step that
+    produced it. The first such error is kept and re-raised by :func:`record` even if the
+    agent swallowed it.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.steps: list[Step] = []
+        self.effects: list[tuple[int, str, Any]] = []
+        self.encoding_error: CanonicalEncodingError | None = None
+        self._pending: dict[int, StepDraft] = {}
+
+    def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
+        return Decision(
+            position=position,
+            inputs=call.inputs,
+            seed=derive_seed(self.seed, "step", position),
+            run_produce=True,
+            run_observe=call.observe is not None,
+        )
+
+    def commit(
+        self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
+    ) -> None:
+        self._pending[decision.position] = step_draft(call, call.inputs, result)
+        while len(self.steps) in self._pending:
+            draft = self._pending.pop(len(self.steps))
+            prev = self.steps[-1].step_hash if self.steps else GENESIS_HASH
+            try:
+                self.steps.append(Step.seal(draft, len(self.steps), prev))
+            except CanonicalEncodingError as exc:
+                if self.encoding_error is None:
+                    self.encoding_error = exc
+                raise
+
+    def body_seed(self, segment: int) -> int:
+        return derive_seed(self.seed, "body", segment)
+
+    def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
+        value = live()
+        self.effects.append((ctx.position, kind, value))
+        return value
+
+
+def _prepare(
+    agent_fn: Callable[..., Any],
+    task: Any,
+    session_id: str | None,
+    seed: int,
+    tracer_provider: trace.TracerProvider | None,
+    capture_content: bool | None,
+    context_cls: type[AgentContext],
+) -> tuple[Recorder, AgentContext]:
+    recorder = Recorder(seed)
+    ctx = context_cls(
+        recorder,
+        session_id=session_id or uuid.uuid4().hex,
+        seed=seed,
+        task=task,
+        tracer=make_tracer(tracer_provider),
+        capture_content=capture_content,
+    )
+    return recorder, ctx
+
+
+def _finish(
+    recorder: Recorder,
+    ctx: AgentContext,
+    task: Any,
+    seed: int,
+    verifier: Verifier | None,
+    result: Any,
+    error: BaseException | None,
+    metadata: Mapping[str, Any] | None,
+) -> Trajectory:
+    if recorder.encoding_error is not None:
+        raise recorder.encoding_error
+    if recorder._pending:  # a step never finished before the agent returned
+        raise RuntimeError("steps were still running when the agent returned; await them")
+    outcome = judge(verifier, result, error, where=f"session {ctx.session_id}")
+    meta = {"source": "native"}
+    meta.update(metadata or {})
+    trajectory = Trajectory(
+        session_id=ctx.session_id,
+        steps=tuple(recorder.steps),
+        task=task,
+        seed=seed,
+        outcome=outcome,
+        metadata=meta,
+        effects=tuple(recorder.effects),
+    )
+    try:
+        trajectory.digest  # noqa: B018 - fail now, naming the session, if it cannot be stored
+    except CanonicalEncodingError:
+        outcome = type(outcome)(
+            score=outcome.score, failed=outcome.failed, result=repr(result), error=outcome.error
+        )
+        meta["result_repr"] = True
+        trajectory = Trajectory(
+            session_id=ctx.session_id,
+            steps=tuple(recorder.steps),
+            task=task,
+            seed=seed,
+            outcome=outcome,
+            metadata=meta,
+            effects=tuple(recorder.effects),
+        )
+        trajectory.digest  # noqa: B018 - the task itself is not encodable: raise here
+    return trajectory
+
+
+def record(
+    agent_fn: Callable[..., Any],
+    task: Any = None,
+    *,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    capture_content: bool | None = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """Run ``agent_fn(ctx, **task)`` once, live, and return its trajectory.
+
+    Every step is emitted as a GenAI span on ``tracer_provider`` (the global one by default).
+    An exception from the agent becomes a failed outcome with its traceback; an
+    ``async def`` agent is run to completion (use :func:`arecord` inside an event loop).
+    Raises :class:`CanonicalEncodingError` naming the step when a step's value cannot be stored,
+    and :class:`VerifierError` when the verifier misbehaves.
+    """
+    if is_async_agent(agent_fn):
+        return run_coroutine(
+            arecord(
+                agent_fn,
+                task,
+                session_id=session_id,
+                seed=seed,
+                verifier=verifier,
+                tracer_provider=tracer_provider,
+                metadata=metadata,
+                capture_content=capture_content,
+                pass_context=pass_context,
+            )
+        )
+    recorder, ctx = _prepare(
+        agent_fn, task, session_id, seed, tracer_provider, capture_content, AgentContext
+    )
+    token = activate(ctx)
+    result, error = None, None
+    try:
+        result = call_agent(agent_fn, ctx, task, pass_context=pass_context)
+    except CanonicalEncodingError:
+        raise
+    except Exception as exc:  # the agent's failure is the run's outcome
+        error = exc
+    finally:
+        deactivate(token)
+    return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)
+
+
+async def arecord(
+    agent_fn: Callable[..., Any],
+    task: Any = None,
+    *,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    capture_content: bool | None = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """:func:`record` for ``async def`` agents, from inside an event loop."""
+    recorder, ctx = _prepare(
+        agent_fn, task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
+    )
+    token = activate(ctx)
+    result, error = None, None
+    try:
+        result = call_agent(agent_fn, ctx, task, pass_context=pass_context)
+        if hasattr(result, "__await__"):
+            result = await result
+    except CanonicalEncodingError:
+        raise
+    except Exception as exc:
+        error = exc
+    finally:
+        deactivate(token)
+    return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)

@@ -1,0 +1,123 @@
+"""Running an agent once and judging the result: shared by recording and every replay."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import VerifierError
+from ..model import Outcome
+
+__all__ = ["call_agent", "is_async_agent", "judge", "run_coroutine"]
+
+Verifier = Callable[[Any], Any]
+
+
+def is_async_agent(agent_fn: Callable[..., Any]) -> bool:
+    """Whether ``agent_fn`` is an ``async def`` function, partial or callable object."""
+    if inspect.iscoroutinefunction(agent_fn):
+        return True
+    func = getattr(agent_fn, "func", None)  # functools.partial
+    if func is not None and inspect.iscoroutinefunction(func):
+        return True
+    if inspect.isfunction(agent_fn) or inspect.ismethod(agent_fn):
+        return False
+    return inspect.iscoroutinefunction(type(agent_fn).__call__)
+
+
+_EXPANDS: dict[Any, bool] = {}
+
+
+def call_agent(
+    agent_fn: Callable[..., Any], ctx: Any, task: Any, *, pass_context: bool = True
+) -> Any:
+    """Call the agent the way the seed did: ``agent(ctx, **task)`` when the task is a mapping
+    whose keys the agent takes as parameters, else ``agent(ctx, task)``; without ``ctx`` when
+    ``pass_context`` is false (agents using the ambient context)."""
+    args: tuple = (ctx,) if pass_context else ()
+    if task is None:
+        return agent_fn(*args)
+    if isinstance(task, Mapping) and _expands(agent_fn, args, task):
+        return agent_fn(*args, **task)
+    return agent_fn(*args, task)
+
+
+def _expands(agent_fn: Callable[..., Any], args: tuple, task: Mapping[str, Any]) -> bool:
+    key = (getattr(agent_fn, "__code__", agent_fn), len(args), tuple(task))
+    cached = _EXPANDS.get(key)
+    if cached is None:
+        try:
+            inspect.signature(agent_fn).bind(*args, **task)
+            cached = True
+        except TypeError:
+            cached = False
+        except ValueError:  # no signature available (builtins)
+            cached = True
+        if len(_EXPANDS) < 10_000:
+            _EXPANDS[key] = cached
+    return cached
+
+
+def run_coroutine(coro: Any) -> Any:
+    """Run ``coro`` to completion from synchronous code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError(
+        "an async agent was called from synchronous code inside a running event loop; "
+        "use the async variant (arecord / areplay) instead"
+    )
+
+
+def judge(
+    verifier: Verifier | None,
+    result: Any,
+    error: BaseException | None = None,
+    *,
+    where: str = "run",
+) -> Outcome:
+    """The :class:`Outcome` of a run: the verifier's score, or a failure when the agent raised.
+
+    Raises :class:`VerifierError` (naming ``where``) when the verifier raises or returns
+    something that is not a number in [0, 1].
+    """
+    if error is not None:
+        return Outcome.from_score(0.0, None, describe_failure(error))
+    if verifier is None:
+        return Outcome.from_score(None, result)
+    try:
+        raw = verifier(result)
+    except Exception as exc:
+        raise VerifierError(f"{where}: the verifier raised {type(exc).__name__}: {exc}") from exc
+    return Outcome.from_score(coerce_score(raw, where), result)
+
+
+def coerce_score(raw: Any, where: str) -> float:
+    """A verifier's return value as a score in [0, 1] (bools allowed)."""
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+        if math.isfinite(value) and 0.0 <= value <= 1.0:
+            return value
+        raise VerifierError(f"{where}: the verifier returned {raw!r}; a score in [0, 1] is needed")
+    raise VerifierError(
+        f"{where}: the verifier returned {type(raw).__name__} {raw!r}; it must return a number "
+        "in [0, 1] (1.0 = success) or a bool"
+    )
+
+
+def describe_failure(error: BaseException) -> dict[str, Any]:
+    """The stored form of an exception that ended a run (with its traceback)."""
+    return {
+        "type": type(error).__qualname__,
+        "module": type(error).__module__,
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }

@@ -1,0 +1,98 @@
+"""``Session``: record native runs straight into a store."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import trace
+
+from .capture.recorder import arecord, record
+from .capture.run import Verifier
+from .model import Trajectory
+from .store import CheckpointStore, SessionSummary
+
+__all__ = ["Session"]
+
+
+class Session:
+    """A store plus the recording API: ``with Session("runs.sqlite") as s: s.record(...)``."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | CheckpointStore,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.store = db_path if isinstance(db_path, CheckpointStore) else CheckpointStore(db_path)
+        self._owns_store = not isinstance(db_path, CheckpointStore)
+        self.tracer_provider = tracer_provider
+
+    def record(
+        self,
+        agent_fn: Callable[..., Any],
+        task: Any = None,
+        *,
+        session_id: str | None = None,
+        seed: int = 0,
+        verifier: Verifier | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        pass_context: bool = True,
+    ) -> Trajectory:
+        """Record one run (see :func:`agent_replay.record`) and store it.
+
+        The trajectory is written in one transaction after the run ends, so a crash never
+        leaves half a session behind. An existing session id with other content is refused.
+        """
+        trajectory = record(
+            agent_fn,
+            task,
+            session_id=session_id,
+            seed=seed,
+            verifier=verifier,
+            tracer_provider=self.tracer_provider,
+            metadata=metadata,
+            pass_context=pass_context,
+        )
+        self.store.save(trajectory, replace=False)
+        return trajectory
+
+    async def arecord(
+        self,
+        agent_fn: Callable[..., Any],
+        task: Any = None,
+        *,
+        session_id: str | None = None,
+        seed: int = 0,
+        verifier: Verifier | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Trajectory:
+        """:meth:`record` for ``async def`` agents inside an event loop."""
+        trajectory = await arecord(
+            agent_fn,
+            task,
+            session_id=session_id,
+            seed=seed,
+            verifier=verifier,
+            tracer_provider=self.tracer_provider,
+            metadata=metadata,
+        )
+        self.store.save(trajectory, replace=False)
+        return trajectory
+
+    def load(self, session_id: str) -> Trajectory:
+        return self.store.load(session_id)
+
+    def sessions(self) -> list[SessionSummary]:
+        return self.store.list_sessions()
+
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,132 @@
+import asyncio
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_replay import Session, record
+from agent_replay.errors import CanonicalEncodingError, VerifierError
+
+
+def agent(ctx, question):
+    plan = ctx.llm("plan", produce=lambda: {"q": question}, prompt=question)
+    noise = ctx.rng.random()
+    hits = ctx.tool(
+        "search", produce=lambda: "bug" if ctx.rng.random() < 0.7 else "ok", q=plan["q"]
+    )
+    stamp = ctx.now()
+    draft = ctx.llm("write", produce=lambda inputs: inputs["context"].upper(), context=hits)
+    return {"answer": draft, "noise": noise, "stamp": stamp}
+
+
+def ok(result):
+    return result["answer"] == "OK"
+
+
+def test_record_steps_outcome_and_effects():
+    traj = record(agent, {"question": "why"}, seed=3, verifier=ok, session_id="r1")
+    assert [s.label for s in traj.steps] == ["llm:plan", "tool:search", "llm:write"]
+    assert traj.steps[2].inputs == {"context": traj.steps[1].output}
+    assert traj.outcome.failed is (traj.steps[2].output != "OK")
+    assert traj.effects[0][:2] == (2, "now")
+    traj.verify()
+
+
+def test_same_seed_same_run():
+    a = record(agent, {"question": "why"}, seed=11)
+    b = record(agent, {"question": "why"}, seed=11)
+    assert [s.output for s in a.steps] == [s.output for s in b.steps]
+    assert a.outcome.result["noise"] == b.outcome.result["noise"]
+
+
+def test_agent_exception_is_the_outcome():
+    def broken(ctx):
+        ctx.llm("first", produce=lambda: 1)
+        raise ValueError("boom")
+
+    traj = record(broken, seed=0)
+    assert traj.outcome.failed and traj.outcome.error["type"] == "ValueError"
+    assert "boom" in traj.outcome.error["traceback"]
+    assert len(traj.steps) == 1
+
+
+def test_step_exception_is_recorded_and_reraised():
+    def agent_catching(ctx):
+        try:
+            ctx.tool("flaky", produce=lambda: 1 / 0)
+        except ZeroDivisionError:
+            return "recovered"
+
+    traj = record(agent_catching)
+    assert traj.steps[0].error["type"] == "ZeroDivisionError"
+    assert traj.outcome.result == "recovered"
+
+
+def test_unencodable_output_names_the_step_even_if_swallowed():
+    def sloppy(ctx):
+        try:
+            ctx.llm("plan", produce=lambda: 1)
+            ctx.tool("opaque", produce=lambda: object())
+        except Exception:
+            pass
+        return "done"
+
+    with pytest.raises(CanonicalEncodingError, match=r"step 1 \(tool:opaque\)"):
+        record(sloppy)
+
+
+def test_async_agent_records_the_same_way():
+    async def aagent(ctx, n):
+        async def slow():
+            await asyncio.sleep(0)
+            return ctx.rng.random()
+
+        values = await asyncio.gather(*(ctx.llm(f"p{i}", produce=slow) for i in range(n)))
+        return sum(values)
+
+    traj = record(aagent, {"n": 3}, seed=5)
+    again = record(aagent, {"n": 3}, seed=5)
+    assert [s.name for s in traj.steps] == ["p0", "p1", "p2"]
+    assert traj.outcome.result == again.outcome.result
+
+
+def test_spans_follow_genai_conventions(monkeypatch):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traj = record(agent, {"question": "why"}, seed=3, tracer_provider=provider)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"chat plan", "execute_tool search", "chat write"}
+    tool = spans["execute_tool search"]
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.name"] == "search"
+    assert "gen_ai.tool.call.result" in tool.attributes
+    assert traj.steps[1].span_id == format(tool.context.span_id, "016x")
+
+
+def test_content_stays_off_spans_by_default(monkeypatch):
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traj = record(agent, {"question": "secret"}, tracer_provider=provider)
+    for span in exporter.get_finished_spans():
+        assert not any("secret" in str(v) for v in span.attributes.values())
+    assert traj.steps[0].inputs == {"prompt": "secret"}  # the store keeps full content
+
+
+def test_verifier_errors_are_clear():
+    with pytest.raises(VerifierError, match="number in"):
+        record(agent, {"question": "x"}, verifier=lambda r: "yes")
+    with pytest.raises(VerifierError, match="raised KeyError"):
+        record(agent, {"question": "x"}, verifier=lambda r: r["missing"])
+
+
+def test_session_stores_and_refuses_duplicates(db_path):
+    with Session(db_path) as session:
+        traj = session.record(agent, {"question": "q"}, session_id="dup", seed=1)
+        assert session.load("dup") == traj
+        with pytest.raises(Exception, match="already exists"):
+            session.record(agent, {"question": "other"}, session_id="dup", seed=2)
