@@ -1,0 +1,1 @@
+"""One module per trace dialect; each registers itself with :func:`register_dialect`."""
