@@ -1,0 +1,47 @@
+"""agent-replay: which step made your agent fail, why, and what fix would have saved it."""
+
+from ._version import __version__
+from .capture.context import AgentContext, AsyncAgentContext
+from .capture.recorder import arecord, record
+from .errors import (
+    AgentReplayError,
+    CanonicalEncodingError,
+    ChainIntegrityError,
+    ImportFormatError,
+    PlanError,
+    ReplayDivergenceError,
+    SessionNotFoundError,
+    SideEffectBlockedError,
+    StoreError,
+    SuccessfulRunError,
+    VerifierError,
+)
+from .model import Lineage, Outcome, Step, StepKind, Trajectory
+from .session import Session
+from .store import CheckpointStore
+
+__all__ = [
+    "AgentContext",
+    "AgentReplayError",
+    "AsyncAgentContext",
+    "CanonicalEncodingError",
+    "ChainIntegrityError",
+    "CheckpointStore",
+    "ImportFormatError",
+    "Lineage",
+    "Outcome",
+    "PlanError",
+    "ReplayDivergenceError",
+    "Session",
+    "SessionNotFoundError",
+    "SideEffectBlockedError",
+    "Step",
+    "StepKind",
+    "StoreError",
+    "SuccessfulRunError",
+    "Trajectory",
+    "VerifierError",
+    "__version__",
+    "arecord",
+    "record",
+]

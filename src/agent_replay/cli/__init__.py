@@ -1,0 +1,25 @@
+"""The ``agent-replay`` command line (click): a thin group, one module per command.
+
+Exit codes: 0 success; 1 an error the message explains (integrity failure, unreadable input,
+nothing to attribute); 2 a usage error (bad option or argument).
+"""
+
+from __future__ import annotations
+
+import click
+
+from .._version import __version__
+from .demo import demo_command
+from .sessions import sessions_command
+from .show import show_command
+from .verify import verify_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agent-replay")
+def main() -> None:
+    """Find which step made your agent fail, why, and what fix would have saved it."""
+
+
+for command in (demo_command, sessions_command, show_command, verify_command):
+    main.add_command(command)

@@ -1,0 +1,80 @@
+"""Shared CLI plumbing: options, store opening, entrypoint loading, error translation."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import AgentReplayError
+from ..store import CheckpointStore
+
+db_option = click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite store file.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
+    """The store at ``path``; a ClickException that says what to do when it cannot be used."""
+    if must_exist and not path.exists():
+        raise click.ClickException(f"{path} does not exist; record or import something first")
+    try:
+        return CheckpointStore(path)
+    except AgentReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def friendly_errors() -> Iterator[None]:
+    """Turn the package's errors into one-line CLI errors (exit code 1)."""
+    try:
+        yield
+    except AgentReplayError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def load_entrypoint(spec: str, what: str = "entrypoint") -> Callable[..., Any]:
+    """Import ``module:function`` (the current directory is importable)."""
+    if ":" not in spec:
+        raise click.BadParameter(f"{spec!r}: expected module:function", param_hint=what)
+    module_name, _, attr = spec.partition(":")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint=what) from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"{module_name!r} has no attribute {attr!r}", param_hint=what
+            ) from None
+    if not callable(target):
+        raise click.BadParameter(f"{spec} is not callable", param_hint=what)
+    return target
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=repr))
+
+
+def short(value: Any, width: int = 60) -> str:
+    """One-line preview of a step value."""
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

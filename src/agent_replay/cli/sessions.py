@@ -1,0 +1,36 @@
+"""``agent-replay sessions``: list what a store holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import db_option, echo_json, friendly_errors, json_option, open_store
+
+
+@click.command("sessions")
+@db_option
+@json_option
+@click.option("--search", default=None, help="Only sessions whose id contains this text.")
+def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
+    """List the sessions in a store (id, steps, outcome, source, lineage)."""
+    with friendly_errors(), open_store(db) as store:
+        rows = store.list_sessions(search=search)
+    if as_json:
+        echo_json([row.to_dict() for row in rows])
+        return
+    if not rows:
+        click.echo(f"no sessions in {db}")
+        return
+    width = max(len("session"), *(len(r.session_id) for r in rows))
+    click.echo(
+        f"{'session':<{width}}  {'steps':>5}  {'outcome':<8} {'score':>5}  {'source':<14} parent"
+    )
+    for r in rows:
+        score = "-" if r.score is None else f"{r.score:.2f}"
+        parent = f"{r.parent_session}@{r.fork_step}" if r.parent_session else ""
+        click.echo(
+            f"{r.session_id:<{width}}  {r.steps:>5}  {r.outcome:<8} {score:>5}  "
+            f"{r.source:<14} {parent}"
+        )

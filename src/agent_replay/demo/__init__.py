@@ -1,0 +1,1 @@
+"""The demo: a small support agent whose failure is planted at a known step."""
