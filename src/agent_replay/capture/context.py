@@ -12,10 +12,10 @@ collects the resulting step. The recorder is one driver, the replayer another. S
 :class:`AgentContext`, ``async def`` agents :class:`AsyncAgentContext` (awaitable steps, and
 ``produce`` / ``observe`` may be coroutines).
 
-``produce`` takes no argument, or one: the step's inputs as the driver presents them (edited
-when a replay plan edits the context). Keyword names ``produce``, ``observe``, ``side_effects``,
-``resamplable``, ``default``, ``agent`` and ``operation`` are reserved; every other keyword is
-an input of the step.
+``produce`` takes no argument, or one required positional argument: the step's inputs as the
+driver presents them (edited when a replay plan edits the context). Keyword names
+``produce``, ``observe``, ``side_effects``, ``resamplable``, ``default``, ``agent`` and
+``operation`` are reserved; every other keyword is an input of the step.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from .._version import __version__
 from ..errors import RecordedStepError
 from ..model import StepKind
-from .seeds import ContextRandom
+from .seeds import ContextRandom, KeyedRandom
 
 __all__ = [
     "AgentContext",
@@ -95,6 +95,7 @@ class StepCall:
     default: Any = None
     agent: str | None = None
     operation: str | None = None
+    attributes: dict[str, Any] | None = None  # extra facts a policy reports (token usage)
 
 
 @dataclass(slots=True)
@@ -104,8 +105,9 @@ class Decision:
     ``run_produce`` runs the policy live (else ``action`` is served); ``run_observe`` runs the
     environment on the action (else ``observation`` is served when ``observed``). ``removed``
     skips the step and hands the agent ``StepCall.default``. ``error`` re-raises a recorded
-    failure instead of serving a value. ``seed`` keys the step's random stream; ``inputs`` is
-    what ``produce`` sees. ``state`` is the driver's own bookkeeping for :meth:`Driver.commit`.
+    failure instead of serving a value; ``exception`` is raised as is (a refused side
+    effect). ``seed`` keys the step's random stream; ``inputs`` is what ``produce`` sees.
+    ``state`` is the driver's own bookkeeping for :meth:`Driver.commit`.
     """
 
     position: int
@@ -118,6 +120,7 @@ class Decision:
     observed: bool = False
     removed: bool = False
     error: Mapping[str, Any] | None = None
+    exception: BaseException | None = None
     model_hint: str | None = None
     state: Any = None
 
@@ -149,9 +152,6 @@ class Driver(Protocol):
     def body_seed(self, segment: int) -> int: ...
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any: ...
-
-
-_RESERVED = ("produce", "observe", "side_effects", "resamplable", "default", "agent", "operation")
 
 
 class AgentContext:
@@ -188,12 +188,12 @@ class AgentContext:
         active = _ACTIVE_STEP.get()
         if active is not None and active.ctx is self:
             if active.rng is None:
-                active.rng = random.Random(active.seed)
+                active.rng = KeyedRandom(active.seed)
             return active.rng
         segment = self.position
         stream = self._body.get(segment)
         if stream is None:
-            stream = self._body[segment] = random.Random(self._driver.body_seed(segment))
+            stream = self._body[segment] = KeyedRandom(self._driver.body_seed(segment))
         return stream
 
     @property
@@ -235,48 +235,102 @@ class AgentContext:
         finally:
             _AGENT.reset(token)
 
-    def _acting_agent(self, explicit: str | None) -> str | None:
-        if explicit is not None:
-            return explicit
+    def _acting_agent(self) -> str | None:
         scope = _AGENT.get()
         return scope[1] if scope is not None and scope[0] is self else None
 
     # -- steps ----------------------------------------------------------------------------
 
-    def llm(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+    def llm(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,
+        *,
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
+        **inputs: Any,
+    ) -> Any:
         """An LLM call named ``name``: ``produce`` returns the model's output."""
-        return self._step(self._call(StepKind.LLM, name, produce, inputs))
+        return self._step(
+            StepCall(
+                StepKind.LLM,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
+        )
 
-    def tool(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+    def tool(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,
+        *,
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
+        **inputs: Any,
+    ) -> Any:
         """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
 
         ``side_effects=True`` marks a tool that must never run again during replays (it is
         held or served a mock observation).
         """
-        return self._step(self._call(StepKind.TOOL, name, produce, inputs))
+        return self._step(
+            StepCall(
+                StepKind.TOOL,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
+        )
 
-    def memory(self, name: str, produce: Callable[..., Any] | None = None, **inputs: Any) -> Any:
+    def memory(
+        self,
+        name: str,
+        produce: Callable[..., Any] | None = None,
+        *,
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
+        **inputs: Any,
+    ) -> Any:
         """A memory operation (``operation=`` one of the GenAI memory operations, default
         ``search_memory``)."""
-        return self._step(self._call(StepKind.MEMORY, name, produce, inputs))
-
-    def _call(
-        self, kind: StepKind, name: str, produce: Callable[..., Any] | None, inputs: dict[str, Any]
-    ) -> StepCall:
-        options = {key: inputs.pop(key) for key in _RESERVED[1:] if key in inputs}
-        side_effects = bool(options.get("side_effects", False))
-        resamplable = options.get("resamplable")
-        return StepCall(
-            kind=kind,
-            name=str(name),
-            inputs=inputs,
-            produce=produce,
-            observe=options.get("observe"),
-            side_effects=side_effects,
-            resamplable=(not side_effects) if resamplable is None else bool(resamplable),
-            default=options.get("default"),
-            agent=self._acting_agent(options.get("agent")),
-            operation=options.get("operation"),
+        return self._step(
+            StepCall(
+                StepKind.MEMORY,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
         )
 
     def _begin(self, call: StepCall) -> Decision:
@@ -285,16 +339,25 @@ class AgentContext:
         return self._driver.begin(self, call, position)
 
     def _step(self, call: StepCall) -> Any:
+        """Run one step through the driver (also the entry point of intercepted calls)."""
         decision = self._begin(call)
         if decision.removed:
             return call.default
-        span, span_token = self._start_span(call, decision)
-        active = _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
+        span = span_token = None
+        if self._tracer is not None:
+            span, span_token = self._start_span(call, decision)
+        live = decision.run_produce or decision.run_observe
+        active = (
+            _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
+            if live
+            else None
+        )
         started = time.time_ns()
-        action = observation = None
+        action = observation = error = None
         observed = False
-        error = None
         try:
+            if decision.exception is not None:
+                raise decision.exception
             if decision.error is not None:
                 raise rebuild_exception(decision.error)
             action = _invoke(call.produce, decision) if decision.run_produce else decision.action
@@ -306,7 +369,8 @@ class AgentContext:
             error = describe_exception(exc)
             raise
         finally:
-            _ACTIVE_STEP.reset(active)
+            if active is not None:
+                _ACTIVE_STEP.reset(active)
             self._finish(
                 call, decision, span, span_token, started, action, observation, observed, error
             )
@@ -396,26 +460,86 @@ class AsyncAgentContext(AgentContext):
     async def llm(
         self,
         name: str,
-        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        produce: Callable[..., Any] | None = None,
+        *,  # type: ignore[override]
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
         **inputs: Any,
     ) -> Any:
-        return await self._astep(self._call(StepKind.LLM, name, produce, inputs))
+        return await self._astep(
+            StepCall(
+                StepKind.LLM,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
+        )
 
     async def tool(
         self,
         name: str,
-        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        produce: Callable[..., Any] | None = None,
+        *,  # type: ignore[override]
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
         **inputs: Any,
     ) -> Any:
-        return await self._astep(self._call(StepKind.TOOL, name, produce, inputs))
+        return await self._astep(
+            StepCall(
+                StepKind.TOOL,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
+        )
 
     async def memory(
         self,
         name: str,
-        produce: Callable[..., Any] | None = None,  # type: ignore[override]
+        produce: Callable[..., Any] | None = None,
+        *,  # type: ignore[override]
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
         **inputs: Any,
     ) -> Any:
-        return await self._astep(self._call(StepKind.MEMORY, name, produce, inputs))
+        return await self._astep(
+            StepCall(
+                StepKind.MEMORY,
+                name,
+                inputs,
+                produce,
+                observe,
+                side_effects,
+                (not side_effects) if resamplable is None else resamplable,
+                default,
+                agent if agent is not None else self._acting_agent(),
+                operation,
+            )
+        )
 
     async def _astep(self, call: StepCall) -> Any:
         decision = self._begin(call)
@@ -428,6 +552,8 @@ class AsyncAgentContext(AgentContext):
         observed = False
         error = None
         try:
+            if decision.exception is not None:
+                raise decision.exception
             if decision.error is not None:
                 raise rebuild_exception(decision.error)
             if decision.run_produce:
@@ -478,8 +604,10 @@ def _takes_argument(fn: Callable[..., Any]) -> bool:
         except (TypeError, ValueError):
             cached = False
         else:
+            # only a *required* positional parameter asks for the inputs: lambdas that bind
+            # loop variables through defaults (``lambda t=total: ...``) take none
             cached = any(
-                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
                 for p in params
             )
         if len(_ARITY) < 10_000:
@@ -516,13 +644,19 @@ _SPAN_KIND = {
     StepKind.TOOL: trace.SpanKind.INTERNAL,
     StepKind.MEMORY: trace.SpanKind.CLIENT,
 }
-_OPERATION = {StepKind.LLM: "chat", StepKind.TOOL: "execute_tool"}
+_OPERATION = {
+    StepKind.LLM: "chat",
+    StepKind.TOOL: "execute_tool",
+    StepKind.AGENT: "invoke_agent",
+    StepKind.RETRIEVAL: "retrieval",
+    StepKind.EMBEDDING: "embeddings",
+}
 
 
 def operation_name(call: StepCall) -> str:
     if call.kind is StepKind.MEMORY:
         return call.operation or "search_memory"
-    return _OPERATION.get(call.kind, "chat")
+    return _OPERATION.get(call.kind, "span")
 
 
 def span_name(call: StepCall) -> str:

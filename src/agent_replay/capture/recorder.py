@@ -22,7 +22,7 @@ from .context import (
     operation_name,
 )
 from .run import Verifier, call_agent, is_async_agent, judge, run_coroutine
-from .seeds import derive_seed
+from .seeds import derive_seed, stream_seed
 
 __all__ = ["Recorder", "arecord", "record", "step_draft"]
 
@@ -37,6 +37,8 @@ def step_draft(
     model = call.inputs.get("model")
     if isinstance(model, str):
         attrs["model"] = model
+    if call.attributes:
+        attrs.update(call.attributes)
     if attributes:
         attrs.update(attributes)
     return StepDraft(
@@ -70,6 +72,8 @@ class Recorder:
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self._step_base = derive_seed(seed, "step")
+        self._body_base = derive_seed(seed, "body")
         self.steps: list[Step] = []
         self.effects: list[tuple[int, str, Any]] = []
         self.encoding_error: CanonicalEncodingError | None = None
@@ -79,7 +83,7 @@ class Recorder:
         return Decision(
             position=position,
             inputs=call.inputs,
-            seed=derive_seed(self.seed, "step", position),
+            seed=stream_seed(self._step_base, position),
             run_produce=True,
             run_observe=call.observe is not None,
         )
@@ -99,7 +103,7 @@ class Recorder:
                 raise
 
     def body_seed(self, segment: int) -> int:
-        return derive_seed(self.seed, "body", segment)
+        return stream_seed(self._body_base, segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         value = live()
