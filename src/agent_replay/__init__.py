@@ -17,6 +17,17 @@ from .errors import (
     VerifierError,
 )
 from .model import Lineage, Outcome, Step, StepKind, Trajectory
+from .replay import (
+    ReplayPlan,
+    ReplayResult,
+    TrajectoryDiff,
+    areplay,
+    diff,
+    fork,
+    replay,
+    replayable_agent,
+    resume,
+)
 from .session import Session
 from .store import CheckpointStore
 
@@ -32,6 +43,8 @@ __all__ = [
     "Outcome",
     "PlanError",
     "ReplayDivergenceError",
+    "ReplayPlan",
+    "ReplayResult",
     "Session",
     "SessionNotFoundError",
     "SideEffectBlockedError",
@@ -40,8 +53,15 @@ __all__ = [
     "StoreError",
     "SuccessfulRunError",
     "Trajectory",
+    "TrajectoryDiff",
     "VerifierError",
     "__version__",
     "arecord",
+    "areplay",
+    "diff",
+    "fork",
     "record",
+    "replay",
+    "replayable_agent",
+    "resume",
 ]

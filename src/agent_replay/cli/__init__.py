@@ -10,6 +10,9 @@ import click
 
 from .._version import __version__
 from .demo import demo_command
+from .fork import diff_command, fork_command, resume_command
+from .record import record_command
+from .replay import replay_command
 from .sessions import sessions_command
 from .show import show_command
 from .verify import verify_command
@@ -21,5 +24,15 @@ def main() -> None:
     """Find which step made your agent fail, why, and what fix would have saved it."""
 
 
-for command in (demo_command, sessions_command, show_command, verify_command):
+for command in (
+    demo_command,
+    record_command,
+    replay_command,
+    fork_command,
+    resume_command,
+    diff_command,
+    sessions_command,
+    show_command,
+    verify_command,
+):
     main.add_command(command)

@@ -78,3 +78,60 @@ def short(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+agent_option = click.option(
+    "--agent",
+    "agent_spec",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="Your agent. Omit for imported traces: they replay through the replay agent.",
+)
+verifier_option = click.option(
+    "--verifier",
+    "verifier_spec",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="Scores a result in [0, 1] (1 = success).",
+)
+policy_option = click.option(
+    "--policy",
+    "policy_name",
+    default=None,
+    metavar="NAME",
+    help="Resample policy for LLM steps of imported traces (e.g. openai; see docs).",
+)
+session_option = click.option(
+    "--session", "session_id", required=True, help="Session id (see `agent-replay sessions`)."
+)
+
+
+def parse_json_arg(text: str | None, what: str) -> Any:
+    """A JSON command-line value; ``@path`` reads it from a file; bare words stay strings."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        return json.loads(text)
+    except ValueError:
+        if text.strip() and text.strip()[0] in '[{"':
+            raise click.BadParameter(f"not valid JSON: {text[:60]}", param_hint=what) from None
+        return text
+
+
+def resolve_agent(agent_spec: str | None, trajectory: Any, policy_name: str | None) -> Callable:
+    """The user's agent, or a replay agent for an imported trajectory."""
+    if agent_spec is not None:
+        return load_entrypoint(agent_spec, "--agent")
+    from ..replay.agent import replayable_agent
+    from ..replay.policies import load_policy
+
+    policies = {"llm": load_policy(policy_name)} if policy_name else None
+    agent = replayable_agent(trajectory, policies)
+    if not trajectory.source.startswith(("import", "otel")) and not policy_name:
+        click.echo(
+            "note: no --agent given; replaying through the replay agent (recorded steps only)",
+            err=True,
+        )
+    return agent

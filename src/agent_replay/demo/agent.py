@@ -73,4 +73,5 @@ def refund_approved(result: dict[str, Any]) -> float:
     return 1.0 if result.get("decision") == "approve" else 0.0
 
 
+DEMO_SEED = 1  # a seed whose recorded run fails (outdated policy chosen, not caught)
 DEMO_TASK = {"ticket": "My headphones stopped working, can I get a refund?", "order_id": "A-1042"}

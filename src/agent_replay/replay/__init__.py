@@ -1,0 +1,34 @@
+"""Replay: plans, the replay driver, the multiverse operations and the replay agent."""
+
+from .agent import ReplayAgent, replayable_agent
+from .multiverse import TrajectoryDiff, diff, fork, resume
+from .plan import ReplayPlan
+from .policies import (
+    HoldPolicy,
+    OpenAIChatPolicy,
+    PolicyError,
+    ResamplePolicy,
+    ResampleRequest,
+    ScriptedPolicy,
+)
+from .replayer import Divergence, ReplayResult, areplay, replay
+
+__all__ = [
+    "Divergence",
+    "HoldPolicy",
+    "OpenAIChatPolicy",
+    "PolicyError",
+    "ReplayAgent",
+    "ReplayPlan",
+    "ReplayResult",
+    "ResamplePolicy",
+    "ResampleRequest",
+    "ScriptedPolicy",
+    "TrajectoryDiff",
+    "areplay",
+    "diff",
+    "fork",
+    "replay",
+    "replayable_agent",
+    "resume",
+]

@@ -1,0 +1,196 @@
+"""The replay agent: re-executes an imported trajectory step by step, without its code.
+
+Each recorded step is re-issued in order. A step with a resample policy can be re-drawn; a step
+without one is observation-only: always served as recorded, flagged in results, never scored.
+When a re-drawn step's output differs from the recording, the change propagates: later steps'
+inputs are rewritten wherever the old output appears (a message in a chat history, a tool
+argument), so a resampled speaker in a group chat changes what every later speaker sees.
+
+Rewriting replaces values equal to an old output, and - inside strings - occurrences of old
+text outputs at least ``MIN_SUBSTRING`` characters long (shorter texts like "ok" are only
+replaced where they are the whole value, to avoid rewriting unrelated words).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..capture.context import AgentContext, StepCall
+from ..errors import AgentReplayError
+from ..model import Step, Trajectory
+from .policies import PolicyError, ResampleRequest, as_policy, load_policy
+
+__all__ = ["MIN_SUBSTRING", "ReplayAgent", "propagation_pairs", "replayable_agent", "rewrite"]
+
+MIN_SUBSTRING = 12
+
+Assemble = Callable[[list[Any]], Any]
+
+
+def default_assemble(outputs: list[Any]) -> dict[str, Any]:
+    """The replay agent's result: every step output and the last one."""
+    return {"outputs": outputs, "final": outputs[-1] if outputs else None}
+
+
+class ReplayAgent:
+    """``agent(ctx, **task)`` that re-issues a trajectory's steps (see the module docstring).
+
+    ``observation_only`` lists the steps that have no policy.
+    """
+
+    def __init__(
+        self,
+        trajectory: Trajectory,
+        policies: Mapping[str, Any],
+        *,
+        assemble: Assemble = default_assemble,
+        propagate: bool = True,
+    ) -> None:
+        self.trajectory = trajectory
+        self.assemble = assemble
+        self.propagate = propagate
+        self._policies: list[tuple[str, Callable[[ResampleRequest], Any]] | None] = []
+        for step in trajectory.steps:
+            key = _policy_key(step, policies)
+            self._policies.append(
+                None if key is None or step.side_effects else (key, as_policy(policies[key]))
+            )
+        self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
+        self.__name__ = f"replay_agent[{trajectory.session_id}]"
+
+    def policy_name(self, index: int) -> str | None:
+        entry = self._policies[index]
+        return None if entry is None else entry[0]
+
+    def __call__(self, ctx: AgentContext, *args: Any, **task: Any) -> Any:
+        pairs: list[tuple[Any, Any]] = []
+        outputs = []
+        for step, entry in zip(self.trajectory.steps, self._policies, strict=True):
+            inputs = rewrite(step.inputs, pairs) if pairs else step.inputs
+            usage: dict[str, Any] = {}
+            produce = None if entry is None else _producer(ctx, step, entry, usage)
+            call = StepCall(
+                kind=step.kind,
+                name=step.name,
+                inputs=inputs,
+                produce=produce,
+                side_effects=step.side_effects,
+                resamplable=entry is not None,
+                agent=step.agent,
+                attributes=usage,
+            )
+            output = ctx._step(call)
+            outputs.append(output)
+            if self.propagate and output is not step.output and output != step.output:
+                pairs.extend(propagation_pairs(step.output, output))
+        return self.assemble(outputs)
+
+
+def _producer(
+    ctx: AgentContext, step: Step, entry: tuple[str, Callable[..., Any]], usage: dict[str, Any]
+) -> Callable[[Any], Any]:
+    name, policy = entry
+
+    def produce(inputs: Any) -> Any:
+        request = ResampleRequest(
+            step=step, inputs=inputs, rng=ctx.rng, model_hint=ctx.model_hint, ctx=ctx, usage=usage
+        )
+        try:
+            return policy(request)
+        except AgentReplayError:
+            raise
+        except Exception as exc:
+            raise PolicyError(
+                f"step {step.index} ({step.label}): resample policy {name!r} "
+                f"failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    return produce
+
+
+def _policy_key(step: Step, policies: Mapping[str, Any]) -> str | None:
+    for key in (step.name, f"agent:{step.agent}" if step.agent else None, step.kind.value, "*"):
+        if key is not None and key in policies:
+            return key
+    return None
+
+
+def replayable_agent(
+    trajectory: Trajectory,
+    resample_fns: Mapping[str, Any] | None = None,
+    *,
+    assemble: Assemble = default_assemble,
+    propagate: bool = True,
+) -> ReplayAgent:
+    """An agent that re-executes ``trajectory`` (an imported trace) for replay and attribution.
+
+    ``resample_fns`` maps a step name, ``"agent:<name>"``, a step kind (``"llm"``, ``"tool"``,
+    ...) or ``"*"`` to a policy (an object with ``.resample(request)``, a ``fn(request)``, or
+    the seed's ``fn(ctx, inputs)``), most specific first. Without any, the policy named by
+    ``AGENT_REPLAY_POLICY`` (e.g. ``openai``) is used for LLM steps when set. Pass the agent
+    and the same trajectory to :func:`~agent_replay.replay` or ``attribute``.
+    """
+    policies = dict(resample_fns or {})
+    if not policies and os.environ.get("AGENT_REPLAY_POLICY"):
+        policies["llm"] = load_policy(os.environ["AGENT_REPLAY_POLICY"])
+    return ReplayAgent(trajectory, policies, assemble=assemble, propagate=propagate)
+
+
+# -- propagation -------------------------------------------------------------------------------
+
+
+def propagation_pairs(old: Any, new: Any) -> list[tuple[Any, Any]]:
+    """(old, new) value pairs to substitute downstream when an output changed."""
+    pairs: list[tuple[Any, Any]] = []
+    _pair(old, new, pairs)
+    seen: list[tuple[Any, Any]] = []
+    for pair in pairs:
+        if pair[0] != pair[1] and pair not in seen and pair[0] not in (None, "", [], {}):
+            seen.append(pair)
+    return seen
+
+
+def _pair(old: Any, new: Any, out: list[tuple[Any, Any]]) -> None:
+    out.append((old, new))
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        if old.get("type") == "tool_call" and new.get("type") == "tool_call":
+            a, b = old.get("arguments"), new.get("arguments")
+            out.append((a, b))
+            if not isinstance(a, str) and not isinstance(b, str):
+                out.append((json.dumps(a), json.dumps(b)))
+        for key in old.keys() & new.keys():
+            _pair(old[key], new[key], out)
+    elif _is_seq(old) and _is_seq(new) and len(old) == len(new):
+        for a, b in zip(old, new, strict=True):
+            _pair(a, b, out)
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+
+
+def rewrite(value: Any, pairs: Sequence[tuple[Any, Any]]) -> Any:
+    """``value`` with every old output replaced by its new one (see the module docstring)."""
+    for old, new in pairs:
+        if type(value) is type(old) and value == old:
+            return new
+    if isinstance(value, str):
+        for old, new in pairs:
+            if (
+                isinstance(old, str)
+                and isinstance(new, str)
+                and len(old) >= MIN_SUBSTRING
+                and old in value
+            ):
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, Mapping):
+        return {k: rewrite(v, pairs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rewrite(v, pairs) for v in value]
+    if isinstance(value, tuple):
+        return tuple(rewrite(v, pairs) for v in value)
+    return value

@@ -1,0 +1,255 @@
+"""Branches of a recorded run: fork at a step, resume past the end, diff two runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..capture.run import Verifier
+from ..errors import PlanError
+from ..model import Lineage, Step, Trajectory
+from ..store import CheckpointStore
+from .plan import ReplayPlan
+from .replayer import replay
+
+__all__ = ["StepDiff", "TrajectoryDiff", "diff", "fork", "resume"]
+
+_MISSING: Any = object()
+
+
+def _store_of(store: Any) -> CheckpointStore | None:
+    if store is None or isinstance(store, CheckpointStore):
+        return store
+    inner = getattr(store, "store", None)  # a Session
+    if isinstance(inner, CheckpointStore):
+        return inner
+    raise TypeError("store must be a CheckpointStore or a Session")
+
+
+def fork(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    at_step: int,
+    *,
+    do: Any = _MISSING,
+    remove: bool = False,
+    observe: Any = _MISSING,
+    model: str | None = None,
+    edit: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    store: Any = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """Record a child branch: the recorded prefix before ``at_step``, one intervention at
+    ``at_step``, and a live continuation after it.
+
+    Exactly one of ``do=`` (force the action), ``remove=True``, ``observe=`` (mock the
+    observation), ``model=`` (re-draw with a model hint) or ``edit=`` (re-draw with edited
+    inputs) is required. The child's lineage names the parent and the fork step; its prefix
+    steps are the parent's own (same hashes), so a store keeps them once. With ``store``
+    (a CheckpointStore or Session) the child is saved.
+    """
+    chosen = [
+        name
+        for name, given in (
+            ("do", do is not _MISSING),
+            ("remove", remove),
+            ("observe", observe is not _MISSING),
+            ("model", model is not None),
+            ("edit", edit is not None),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        raise PlanError(
+            f"fork needs exactly one intervention (do=, remove=True, observe=, "
+            f"model= or edit=); got {chosen or 'none'}"
+        )
+    if not 0 <= at_step < len(trajectory.steps):
+        raise PlanError(
+            f"fork at step {at_step}, but {trajectory.session_id!r} has steps "
+            f"0..{len(trajectory.steps) - 1}"
+        )
+    plan = ReplayPlan(hold_before=at_step)  # the recorded prefix; the rest runs live
+    intervention: dict[str, Any]
+    if do is not _MISSING:
+        plan, intervention = plan.force(at_step, do), {"do": do}
+    elif remove:
+        plan, intervention = plan.remove(at_step), {"remove": True}
+    elif observe is not _MISSING:
+        plan, intervention = plan.observe(at_step, observe), {"observe": observe}
+    elif model is not None:
+        plan, intervention = plan.swap_model(model), {"model": model}
+    else:
+        plan, intervention = plan.edit(at_step, edit or {}), {"edit": dict(edit or {})}
+    result = replay(
+        agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
+    )
+    child = result.trajectory(
+        session_id or f"{trajectory.session_id}-fork-{at_step}",
+        lineage=Lineage(trajectory.session_id, at_step, intervention),
+        task=trajectory.task,
+        seed=trajectory.seed,
+        metadata={"source": "fork"},
+    )
+    target = _store_of(store)
+    if target is not None:
+        target.save(child, replace=False)
+    return child
+
+
+def resume(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    *,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    store: Any = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """Fast-forward through the recording and continue live past its end.
+
+    Every recorded step is served as recorded; calls beyond the recording run live (side
+    effects included: this continues the real run). A run that crashed while recording picks
+    up where it stopped. With ``store`` the resumed run is saved.
+    """
+    plan = replace(ReplayPlan.factual(), resume=True)
+    result = replay(
+        agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
+    )
+    resumed = result.trajectory(
+        session_id or f"{trajectory.session_id}-resumed",
+        lineage=Lineage(trajectory.session_id, len(trajectory.steps), {"resume": True}),
+        task=trajectory.task,
+        seed=trajectory.seed,
+        metadata={"source": "resume"},
+    )
+    target = _store_of(store)
+    if target is not None:
+        target.save(resumed, replace=False)
+    return resumed
+
+
+@dataclass(frozen=True)
+class StepDiff:
+    """One position of two runs side by side; ``changes`` names what differs."""
+
+    index: int
+    a: str | None
+    b: str | None
+    changes: tuple[str, ...]
+    a_output: Any = None
+    b_output: Any = None
+
+    @property
+    def same(self) -> bool:
+        return not self.changes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "a": self.a,
+            "b": self.b,
+            "same": self.same,
+            "changes": list(self.changes),
+            "a_output": self.a_output,
+            "b_output": self.b_output,
+        }
+
+
+@dataclass(frozen=True)
+class TrajectoryDiff:
+    """Where two runs part ways (``first_divergence``, ``None`` if they never do) and a
+    per-step comparison."""
+
+    a: str
+    b: str
+    first_divergence: int | None
+    steps: tuple[StepDiff, ...]
+    outcome_a: dict[str, Any] | None
+    outcome_b: dict[str, Any] | None
+
+    def __getitem__(self, key: str) -> Any:  # the seed returned a dict
+        return self.to_dict()[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "first_divergence": self.first_divergence,
+            "steps": [s.to_dict() for s in self.steps],
+            "outcome_a": self.outcome_a,
+            "outcome_b": self.outcome_b,
+        }
+
+    def to_text(self) -> str:
+        lines = [
+            f"diff {self.a} .. {self.b}: first divergence at "
+            f"{'none' if self.first_divergence is None else f'step {self.first_divergence}'}"
+        ]
+        for s in self.steps:
+            mark = " " if s.same else "*"
+            lines.append(
+                f"{mark} {s.index:>3}  {s.a or '-':<32} {s.b or '-':<32} {', '.join(s.changes)}"
+            )
+        return "\n".join(lines)
+
+
+def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
+    """Compare two runs position by position (operation, inputs, output, error)."""
+    rows = []
+    first = None
+    for index in range(max(len(a.steps), len(b.steps))):
+        sa = a.steps[index] if index < len(a.steps) else None
+        sb = b.steps[index] if index < len(b.steps) else None
+        changes = _changes(sa, sb)
+        if changes and first is None:
+            first = index
+        rows.append(
+            StepDiff(
+                index,
+                sa.label if sa else None,
+                sb.label if sb else None,
+                tuple(changes),
+                _jsonable(sa.output) if sa else None,
+                _jsonable(sb.output) if sb else None,
+            )
+        )
+    return TrajectoryDiff(
+        a.session_id,
+        b.session_id,
+        first,
+        tuple(rows),
+        None if a.outcome is None else a.outcome.to_dict(),
+        None if b.outcome is None else b.outcome.to_dict(),
+    )
+
+
+def _changes(a: Step | None, b: Step | None) -> list[str]:
+    if a is None or b is None:
+        return ["missing in " + ("a" if a is None else "b")]
+    if a.step_hash == b.step_hash:
+        return []
+    changes = []
+    if (a.kind, a.name) != (b.kind, b.name):
+        changes.append("operation")
+    if a.input_hash != b.input_hash:
+        changes.append("inputs")
+    if a.output_hash != b.output_hash:
+        changes.append("output")
+    if a.agent != b.agent:
+        changes.append("agent")
+    return changes or ["metadata"]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,193 @@
+"""Replay plans: what happens to each recorded step in one replay.
+
+Per step, one of:
+
+* **hold** - serve the recorded action (the intervention do(a_k := recorded a_k));
+* **resample** - re-draw the action from the step's policy;
+* **force** - do(a_k := value): serve ``value`` as the action (the observation, if the step
+  has an environment, is computed live on it);
+* **remove** - skip the step; the agent receives the step's declared ``default``;
+* **mock-observe** - keep the recorded action, serve ``value`` as the observation;
+* **edit-context** - replace part of the step's recorded inputs, then re-draw it;
+* **swap-model** - a model hint the policy reads as ``ctx.model_hint`` when it re-draws.
+
+Steps a plan does not mention are held when they fall in its held set or prefix, and re-drawn
+otherwise. Plans are immutable values; :meth:`ReplayPlan.validate` checks one against a
+trajectory before anything runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import PlanError
+from ..model import Trajectory
+
+__all__ = ["FORCE", "HOLD", "MOCK_OBSERVE", "REMOVE", "RESAMPLE", "ReplayPlan"]
+
+HOLD = "hold"
+RESAMPLE = "resample"
+FORCE = "force"
+REMOVE = "remove"
+MOCK_OBSERVE = "mock_observe"
+
+_EVERYTHING = sys.maxsize
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Per-step decisions for one replay (see the module docstring).
+
+    ``held`` and ``hold_before`` say which steps are held (``hold_before=i``: every step
+    before ``i``); everything else is re-drawn unless ``forced``, ``removed``, ``observed``
+    (mock observation) or ``edited`` says otherwise. ``models`` / ``model_override`` are
+    swap-model hints. ``strict`` makes a divergence from the recording an error instead of a
+    live continuation. ``live_side_effects`` allows side-effecting tools to run live past the
+    end of the recording (only :func:`~agent_replay.resume` sets it).
+    """
+
+    held: frozenset[int] = frozenset()
+    hold_before: int = 0
+    forced: Mapping[int, Any] = field(default_factory=dict)
+    removed: frozenset[int] = frozenset()
+    observed: Mapping[int, Any] = field(default_factory=dict)
+    edited: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    models: Mapping[int, str] = field(default_factory=dict)
+    model_override: str | None = None
+    strict: bool = False
+    resume: bool = False
+
+    # -- constructors (the seed's names) ---------------------------------------------------
+
+    @classmethod
+    def factual(cls, n: int | None = None) -> ReplayPlan:
+        """Hold every recorded step: a deterministic replay of the run."""
+        return cls(hold_before=_EVERYTHING)
+
+    @classmethod
+    def ablate_from(cls, i: int, n: int | None = None) -> ReplayPlan:
+        """Hold steps before ``i``; re-draw ``i`` and everything after (the prefix plan)."""
+        if i < 0:
+            raise PlanError(f"ablate_from({i}): step indices start at 0")
+        return cls(hold_before=i)
+
+    @classmethod
+    def coalition(cls, members: Iterable[int]) -> ReplayPlan:
+        """Hold exactly ``members``; re-draw every other step (a Shapley value function)."""
+        return cls(held=frozenset(members))
+
+    @classmethod
+    def mock_observe(
+        cls, index: int, observation: Any, *, held: Iterable[int] | None = None
+    ) -> ReplayPlan:
+        """Hold the prefix before ``index`` (or ``held``) and mock ``index``'s observation."""
+        if held is None:
+            return cls(hold_before=index, observed={index: observation})
+        return cls(held=frozenset(held), observed={index: observation})
+
+    # -- derived plans ----------------------------------------------------------------------
+
+    def force(self, index: int, action: Any) -> ReplayPlan:
+        return replace(self, forced={**self.forced, index: action})
+
+    def remove(self, index: int) -> ReplayPlan:
+        return replace(self, removed=self.removed | {index})
+
+    def observe(self, index: int, observation: Any) -> ReplayPlan:
+        return replace(self, observed={**self.observed, index: observation})
+
+    def edit(self, index: int, inputs: Mapping[str, Any]) -> ReplayPlan:
+        return replace(self, edited={**self.edited, index: dict(inputs)})
+
+    def swap_model(self, model: str, index: int | None = None) -> ReplayPlan:
+        if index is None:
+            return replace(self, model_override=model)
+        return replace(self, models={**self.models, index: model})
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def decision(self, index: int) -> str:
+        """``hold``, ``resample``, ``force``, ``remove`` or ``mock_observe`` for step ``index``."""
+        if index in self.forced:
+            return FORCE
+        if index in self.removed:
+            return REMOVE
+        if index in self.observed:
+            return MOCK_OBSERVE
+        if index in self.edited:
+            return RESAMPLE
+        if index < self.hold_before or index in self.held:
+            return HOLD
+        return RESAMPLE
+
+    def model_for(self, index: int) -> str | None:
+        return self.models.get(index, self.model_override)
+
+    @property
+    def is_factual(self) -> bool:
+        return (
+            self.hold_before == _EVERYTHING
+            and not self.forced
+            and not self.removed
+            and not self.observed
+            and not self.edited
+        )
+
+    def validate(self, trajectory: Trajectory) -> None:
+        """Raise :class:`PlanError` when the plan cannot apply to ``trajectory``."""
+        n = len(trajectory.steps)
+        named = {
+            "held": self.held,
+            "forced": self.forced,
+            "removed": self.removed,
+            "observed": self.observed,
+            "edited": self.edited,
+            "models": self.models,
+        }
+        for what, indices in named.items():
+            for index in indices:
+                if not isinstance(index, int) or not 0 <= index < n:
+                    raise PlanError(
+                        f"plan {what} step {index!r}, but session {trajectory.session_id!r} "
+                        f"has steps 0..{n - 1}"
+                    )
+        for index in self.forced:
+            step = trajectory.steps[index]
+            if not step.resamplable and not step.side_effects:
+                raise PlanError(
+                    f"cannot force step {index} ({step.label}): it is observation-only (no "
+                    "policy can act there); give it a resample policy or intervene elsewhere"
+                )
+            if step.side_effects and step.observed and index not in self.observed:
+                raise PlanError(
+                    f"step {index} ({step.label}) has side effects: forcing its action needs a "
+                    "mock observation too (observe=...), it is never executed live"
+                )
+        for index in self.edited:
+            step = trajectory.steps[index]
+            if not isinstance(step.inputs, Mapping):
+                raise PlanError(
+                    f"cannot edit the inputs of step {index} ({step.label}): they are not a mapping"
+                )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (for rollout records and reports)."""
+        out: dict[str, Any] = {}
+        if self.hold_before == _EVERYTHING:
+            out["hold"] = "all"
+        elif self.hold_before:
+            out["hold_before"] = self.hold_before
+        if self.held:
+            out["held"] = sorted(self.held)
+        for name in ("forced", "observed", "edited", "models"):
+            value = getattr(self, name)
+            if value:
+                out[name] = {str(k): v for k, v in sorted(value.items())}
+        if self.removed:
+            out["removed"] = sorted(self.removed)
+        if self.model_override:
+            out["model"] = self.model_override
+        return out

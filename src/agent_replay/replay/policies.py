@@ -1,0 +1,346 @@
+"""Resample policies: how a step of an imported trace is re-drawn when no agent code exists.
+
+A policy receives a :class:`ResampleRequest` (the recorded step, its inputs as rewritten by
+upstream changes, a random stream keyed for common random numbers, the plan's model hint) and
+returns a new output for the step, in the same shape as the recorded one. Built in:
+
+* :class:`OpenAIChatPolicy` - any OpenAI-compatible chat endpoint (vLLM, Ollama, llama.cpp
+  server, hosted APIs) through the official ``openai`` client;
+* :class:`ScriptedPolicy` - outputs drawn from a table or computed by a function (tests,
+  surrogate simulations);
+* :class:`HoldPolicy` - re-drawing returns the recorded output (a deterministic step).
+
+Errors a policy raises are wrapped in :class:`PolicyError` naming the step, so a broken
+endpoint is told apart from a failing agent. Third-party policies can be registered under the
+``agent_replay.policies`` entry-point group and named in ``AGENT_REPLAY_POLICY``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import AgentReplayError
+from ..model import Step
+
+__all__ = [
+    "HoldPolicy",
+    "OpenAIChatPolicy",
+    "PolicyError",
+    "ResamplePolicy",
+    "ResampleRequest",
+    "ScriptedPolicy",
+    "as_policy",
+    "load_policy",
+]
+
+
+class PolicyError(AgentReplayError):
+    """A resample policy failed (endpoint down, bad response); not the agent's failure."""
+
+
+@dataclass
+class ResampleRequest:
+    """What a policy gets: the recorded ``step``, its current ``inputs``, a keyed ``rng``,
+    the plan's ``model_hint`` and a ``usage`` dict to report token counts into."""
+
+    step: Step
+    inputs: Any
+    rng: random.Random
+    model_hint: str | None = None
+    ctx: Any = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ResamplePolicy(Protocol):
+    """Re-draws one step. Called on the rollout's thread; must not mutate ``request.inputs``."""
+
+    def resample(self, request: ResampleRequest) -> Any: ...
+
+
+class HoldPolicy:
+    """Re-drawing returns the recorded output: for steps known to be deterministic."""
+
+    def resample(self, request: ResampleRequest) -> Any:
+        return request.step.output
+
+
+class ScriptedPolicy:
+    """Outputs from a script: a list of alternatives (drawn with ``weights``), a function of
+    the request, or a mapping from step name (or index) to either."""
+
+    def __init__(self, script: Any, *, weights: Sequence[float] | None = None) -> None:
+        self.script = script
+        self.weights = weights
+
+    def resample(self, request: ResampleRequest) -> Any:
+        entry = self.script
+        if isinstance(entry, Mapping):
+            step = request.step
+            for key in (step.name, step.index, f"agent:{step.agent}", step.kind.value, "*"):
+                if key in entry:
+                    entry = entry[key]
+                    break
+            else:
+                return request.step.output
+        if callable(entry):
+            return entry(request)
+        if isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
+            if not entry:
+                return request.step.output
+            if self.weights is not None:
+                return request.rng.choices(list(entry), weights=self.weights)[0]
+            return entry[request.rng.randrange(len(entry))]
+        return entry
+
+
+class OpenAIChatPolicy:
+    """Re-draw LLM steps from an OpenAI-compatible chat completions endpoint.
+
+    ``base_url``, ``api_key`` and ``model`` default to ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
+    and ``AGENT_REPLAY_MODEL`` (the plan's model hint wins over all). ``instructions`` is a
+    system prompt, or a function of the recorded step returning one (e.g. "You are
+    {step.agent}; reply as that agent would"). The request's random stream supplies the
+    ``seed`` so rollouts are reproducible where the server honours it. Inputs in the OTel
+    GenAI parts shape, OpenAI message lists, plain strings and arbitrary JSON are accepted; the
+    output mirrors the recorded output's shape.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = None,
+        instructions: str | Callable[[Step], str] | None = None,
+        client: Any = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        self.model = model or os.environ.get("AGENT_REPLAY_MODEL")
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.instructions = instructions
+        self._client = client
+        self._client_args = {
+            "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
+            "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            "timeout": timeout,
+            "max_retries": max_retries,
+        }
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import openai
+            except ImportError as exc:  # pragma: no cover - openai is an optional dependency
+                raise PolicyError(
+                    "OpenAIChatPolicy needs the openai package: pip install openai"
+                ) from exc
+            self._client = openai.OpenAI(**self._client_args)
+        return self._client
+
+    def resample(self, request: ResampleRequest) -> Any:
+        step = request.step
+        model = request.model_hint or self.model or _input_model(request.inputs)
+        if not model:
+            raise PolicyError(
+                f"step {step.index} ({step.label}): no model to re-draw with; "
+                "pass model= or set AGENT_REPLAY_MODEL"
+            )
+        messages = to_openai_messages(request.inputs)
+        instructions = self.instructions(step) if callable(self.instructions) else self.instructions
+        if instructions:
+            messages = [{"role": "system", "content": instructions}, *messages]
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "seed": request.rng.getrandbits(31),
+        }
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        tools = _openai_tools(request.inputs)
+        if tools:
+            kwargs["tools"] = tools
+        response = self.client.chat.completions.create(**kwargs)
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            request.usage["input_tokens"] = getattr(usage, "prompt_tokens", 0) or 0
+            request.usage["output_tokens"] = getattr(usage, "completion_tokens", 0) or 0
+        choice = response.choices[0]
+        return shape_like(step.output, choice.message, choice.finish_reason)
+
+
+# -- message conversion --------------------------------------------------------------------
+
+
+def _input_model(inputs: Any) -> str | None:
+    return (
+        inputs.get("model")
+        if isinstance(inputs, Mapping) and isinstance(inputs.get("model"), str)
+        else None
+    )
+
+
+def _text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    texts = []
+    for part in parts if isinstance(parts, list) else ():
+        if isinstance(part, Mapping) and part.get("type") in ("text", "reasoning", None):
+            content = part.get("content", part.get("text"))
+            if isinstance(content, str):
+                texts.append(content)
+    return "\n".join(texts)
+
+
+def to_openai_messages(inputs: Any) -> list[dict[str, Any]]:
+    """OpenAI chat messages from step inputs (OTel parts, OpenAI messages, text or JSON)."""
+    if isinstance(inputs, str):
+        return [{"role": "user", "content": inputs}]
+    messages: list[dict[str, Any]] = []
+    raw = inputs.get("messages") if isinstance(inputs, Mapping) else inputs
+    if isinstance(inputs, Mapping) and inputs.get("system"):
+        messages.append({"role": "system", "content": _text(inputs["system"])})
+    if not isinstance(raw, list):
+        return [*messages, {"role": "user", "content": json.dumps(inputs, default=repr)}]
+    for message in raw:
+        if not isinstance(message, Mapping):
+            messages.append({"role": "user", "content": str(message)})
+            continue
+        role = str(message.get("role") or "user")
+        if "parts" not in message:  # already OpenAI-shaped
+            messages.append({k: v for k, v in message.items() if v is not None})
+            continue
+        parts = message.get("parts") or []
+        calls = [p for p in parts if isinstance(p, Mapping) and p.get("type") == "tool_call"]
+        replies = [
+            p for p in parts if isinstance(p, Mapping) and p.get("type") == "tool_call_response"
+        ]
+        if replies:
+            for reply in replies:
+                body = reply.get("response", reply.get("result"))
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(reply.get("id") or ""),
+                        "content": body if isinstance(body, str) else json.dumps(body),
+                    }
+                )
+            continue
+        entry: dict[str, Any] = {"role": role, "content": _text(parts)}
+        if calls:
+            entry["tool_calls"] = [
+                {
+                    "id": str(c.get("id") or f"call_{i}"),
+                    "type": "function",
+                    "function": {
+                        "name": c.get("name"),
+                        "arguments": c.get("arguments")
+                        if isinstance(c.get("arguments"), str)
+                        else json.dumps(c.get("arguments") or {}),
+                    },
+                }
+                for i, c in enumerate(calls)
+            ]
+        messages.append(entry)
+    return messages
+
+
+def _openai_tools(inputs: Any) -> list[dict[str, Any]]:
+    tools = inputs.get("tools") if isinstance(inputs, Mapping) else None
+    out = []
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, Mapping) and tool.get("name"):
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool.get("description", ""),
+                        "parameters": tool.get("parameters")
+                        or {"type": "object", "properties": {}},
+                    },
+                }
+            )
+        elif isinstance(tool, Mapping) and tool.get("type") == "function":
+            out.append(dict(tool))
+    return out
+
+
+def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
+    """The model's reply in the shape of the recorded output."""
+    text = getattr(message, "content", None) or ""
+    calls = getattr(message, "tool_calls", None) or []
+    if isinstance(recorded, list):  # OTel output messages
+        parts: list[dict[str, Any]] = []
+        if text:
+            parts.append({"type": "text", "content": text})
+        for call in calls:
+            try:
+                arguments = json.loads(call.function.arguments)
+            except (TypeError, ValueError):
+                arguments = call.function.arguments
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.id,
+                    "name": call.function.name,
+                    "arguments": arguments,
+                }
+            )
+        return [{"role": "assistant", "parts": parts, "finish_reason": finish_reason or "stop"}]
+    if isinstance(recorded, Mapping) and "content" in recorded:
+        return {**recorded, "content": text}
+    return text
+
+
+# -- choosing policies -------------------------------------------------------------------------
+
+
+def as_policy(obj: Any) -> Callable[[ResampleRequest], Any]:
+    """A callable ``request -> output`` from a policy object, a ``fn(request)`` or the seed's
+    ``fn(ctx, inputs)``."""
+    if isinstance(obj, ResamplePolicy):
+        return obj.resample
+    if not callable(obj):
+        raise TypeError(
+            f"{obj!r} is not a resample policy (needs .resample(request) or to be callable)"
+        )
+    try:
+        params = [
+            p
+            for p in inspect.signature(obj).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) >= 2:
+        return lambda request: obj(request.ctx, request.inputs)
+    return obj
+
+
+def load_policy(name: str) -> ResamplePolicy:
+    """A policy registered under the ``agent_replay.policies`` entry-point group (``openai``,
+    ``hold`` are built in), constructed with no arguments."""
+    builtin = {"openai": OpenAIChatPolicy, "hold": HoldPolicy}
+    if name in builtin:
+        return builtin[name]()
+    for ep in entry_points(group="agent_replay.policies"):
+        if ep.name == name:
+            return ep.load()()
+    raise PolicyError(
+        f"no resample policy named {name!r} (built in: openai, hold; others "
+        "register under the agent_replay.policies entry-point group)"
+    )

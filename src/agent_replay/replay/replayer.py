@@ -1,0 +1,610 @@
+"""Deterministic replay of a recorded run under a :class:`ReplayPlan`.
+
+Binding. The k-th live call of the run binds to recorded step k when it has the same kind and
+name. Its inputs must also match (same input hash) while everything before it was replayed
+exactly; after an upstream step was re-drawn, forced, removed or mocked, a held step is served
+its recorded action even though its inputs changed (that is what holding means:
+do(a_k := recorded a_k)). A call that does not match - another operation at that position,
+inputs that differ with nothing upstream changed, more calls than recorded - means the run
+has *diverged*: from there on every call runs live and the result says so; with
+``strict=True`` a :class:`ReplayDivergenceError` lists the live call and the closest recorded
+ones instead. Binding never searches the rest of the recording for a look-alike step, so a
+held step on one branch can never be served another branch's output.
+
+Randomness. Re-drawn step k of rollout ``seed`` draws from the stream keyed by
+``(seed, "step", k)``: common random numbers across plans. Draws in the agent body, and
+``ctx.now()`` / ``ctx.uuid()``, come from the recording while the run is still on the recorded
+path, and from streams keyed by ``(seed, "body", segment)`` after it leaves it.
+
+Side effects. A tool declared ``side_effects=True`` is never executed live: it is held, or
+served a mock observation; a diverged run that reaches one gets a
+:class:`SideEffectBlockedError` raised at the call (the rollout records it).
+
+An exception from the agent is the replay's outcome (a failure with its traceback), never an
+exception out of :func:`replay`.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+import weakref
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opentelemetry import trace
+
+from .. import canonical
+from ..capture.context import (
+    AgentContext,
+    AsyncAgentContext,
+    Decision,
+    StepCall,
+    StepResult,
+    activate,
+    deactivate,
+    make_tracer,
+)
+from ..capture.recorder import step_draft
+from ..capture.run import (
+    Verifier,
+    call_agent,
+    describe_failure,
+    is_async_agent,
+    judge,
+    run_coroutine,
+)
+from ..capture.seeds import derive_seed, stream_seed
+from ..errors import (
+    CanonicalEncodingError,
+    ReplayDivergenceError,
+    SideEffectBlockedError,
+)
+from ..model import Lineage, Outcome, Step, StepDraft, Trajectory, chain_steps
+from .plan import FORCE, HOLD, MOCK_OBSERVE, REMOVE, ReplayPlan
+
+__all__ = ["Divergence", "ReplayResult", "Replayer", "areplay", "ensure_verified", "replay"]
+
+_IMMUTABLE = (str, int, float, bool, type(None), bytes)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a replay left the recording: ``position``, the live call, what was recorded."""
+
+    position: int
+    live: str
+    recorded: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "live": self.live,
+            "recorded": self.recorded,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """One replay (a rollout): its outcome and what it cost.
+
+    ``live_steps`` counts steps executed live (each one an LLM or tool call in real life);
+    ``served_steps`` those served from the recording. ``held_unresamplable`` lists steps the
+    plan wanted re-drawn but that have no policy (observation-only) or have side effects, so
+    were held. ``tokens`` sums the token usage of live steps (``tokens_estimated`` when some
+    of it is taken from the recording because the policy did not report usage).
+    """
+
+    result: Any
+    outcome: Outcome
+    plan: ReplayPlan
+    seed: int
+    session_id: str
+    diverged: bool
+    divergence: Divergence | None
+    exception: dict[str, Any] | None
+    live_steps: int
+    served_steps: int
+    held_unresamplable: tuple[int, ...]
+    blocked_side_effects: tuple[int, ...]
+    tokens: int
+    tokens_estimated: bool
+    positions: tuple[int, ...] = field(repr=False, default=())
+    _material: tuple = field(repr=False, default=(), compare=False)
+
+    @property
+    def drafts(self) -> tuple[StepDraft, ...]:
+        """The steps of this run in call order (removed steps are absent)."""
+        return tuple(_draft(m) for m in self._material)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.outcome.failed)
+
+    def trajectory(
+        self,
+        session_id: str | None = None,
+        *,
+        lineage: Lineage | None = None,
+        task: Any = None,
+        seed: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Trajectory:
+        """The replayed run as a trajectory (held steps keep their recorded hashes)."""
+        meta = {"source": "replay", **(metadata or {})}
+        if self.divergence is not None:
+            meta["divergence"] = self.divergence.to_dict()
+        return Trajectory(
+            session_id=session_id or f"{self.session_id}-replay-{self.seed}",
+            steps=chain_steps(self.drafts),
+            task=task,
+            seed=seed,
+            outcome=self.outcome,
+            lineage=lineage,
+            metadata=meta,
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-able record of this rollout (plan, outcome, divergence, exception)."""
+        return {
+            "seed": self.seed,
+            "plan": self.plan.describe(),
+            "failed": self.outcome.failed,
+            "score": self.outcome.score,
+            "diverged": self.diverged,
+            "divergence": None if self.divergence is None else self.divergence.to_dict(),
+            "exception": None
+            if self.exception is None
+            else {k: self.exception[k] for k in ("type", "message", "traceback")},
+            "live_steps": self.live_steps,
+            "tokens": self.tokens,
+        }
+
+
+class Replayer:
+    """The replay driver (see the module docstring). One instance per rollout."""
+
+    def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int) -> None:
+        self.trajectory = trajectory
+        self.recorded = trajectory.steps
+        self.plan = plan
+        self.seed = seed
+        self.base_seed = trajectory.seed if trajectory.seed is not None else 0
+        self.changed = False  # something upstream was not replayed exactly
+        self.divergence: Divergence | None = None
+        self.error: BaseException | None = None  # strict divergence / encoding error to re-raise
+        self.steps: dict[int, tuple] = {}  # position -> material for a StepDraft
+        self.live_steps = 0
+        self.served_steps = 0
+        self.held_unresamplable: list[int] = []
+        self.blocked: list[int] = []
+        self.tokens = 0
+        self.tokens_estimated = False
+        self.calls = 0
+        self._effects: dict[tuple[int, str], deque] = defaultdict(deque)
+        for segment, kind, value in trajectory.effects:
+            self._effects[(segment, kind)].append(value)
+        self._uuid_count = 0
+        self._step_base = derive_seed(seed, "step")
+        self._body_base = derive_seed(seed, "body")
+        self._recorded_body_base = derive_seed(self.base_seed, "body")
+
+    # -- binding --------------------------------------------------------------------------
+
+    def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
+        self.calls = position + 1
+        if self.divergence is None:
+            if position < len(self.recorded):
+                recorded = self.recorded[position]
+                if recorded.kind is call.kind and recorded.name == call.name:
+                    return self._bound(call, position, recorded)
+                self._diverge(call, position, "another operation was called here")
+            elif not self.plan.resume:
+                self._diverge(call, position, "more calls than the recording has")
+        return self._live(call, position)
+
+    def _bound(self, call: StepCall, position: int, recorded: Step) -> Decision:
+        plan = self.plan
+        mode = plan.decision(position)
+        same_inputs = _same_inputs(call.inputs, recorded)
+        if not same_inputs and not self.changed:
+            # nothing upstream changed, yet the agent asks something else: it is not
+            # deterministic given its recorded steps, so the recording no longer applies
+            self._diverge(call, position, "inputs differ from the recording")
+            return self._live(call, position)
+        if mode == HOLD:
+            return self._serve(call, recorded, position, exact=same_inputs)
+        self.changed = True
+        if mode == REMOVE:
+            return Decision(
+                position=position,
+                inputs=call.inputs,
+                seed=0,
+                removed=True,
+                state=("removed", recorded),
+            )
+        if mode == MOCK_OBSERVE:
+            return Decision(
+                position=position,
+                inputs=call.inputs,
+                seed=0,
+                run_produce=False,
+                action=_fresh(recorded.action),
+                observed=True,
+                observation=plan.observed[position],
+                state=("mocked", recorded),
+            )
+        if mode == FORCE:
+            return self._forced(call, position, recorded)
+        # resample (possibly with edited inputs or a model hint)
+        if call.produce is None or not (recorded.resamplable and call.resamplable):
+            self.held_unresamplable.append(position)
+            return self._serve(call, recorded, position, exact=same_inputs)
+        inputs = call.inputs
+        if position in plan.edited:
+            inputs = {**call.inputs, **plan.edited[position]}
+        return Decision(
+            position=position,
+            inputs=inputs,
+            seed=stream_seed(self._step_base, position),
+            run_produce=True,
+            run_observe=call.observe is not None,
+            model_hint=plan.model_for(position),
+            state=("resampled", recorded),
+        )
+
+    def _forced(self, call: StepCall, position: int, recorded: Step) -> Decision:
+        action = self.plan.forced[position]
+        decision = Decision(
+            position=position,
+            inputs=call.inputs,
+            seed=stream_seed(self._step_base, position),
+            run_produce=False,
+            action=action,
+            state=("forced", recorded),
+        )
+        if position in self.plan.observed:
+            decision.observed, decision.observation = True, self.plan.observed[position]
+        elif call.observe is not None:
+            if call.side_effects or recorded.side_effects:
+                decision.exception = self._blocked(call, position, "its action was forced")
+            else:
+                decision.run_observe = True  # the environment acts on the forced action
+        return decision
+
+    def _serve(self, call: StepCall, recorded: Step, position: int, *, exact: bool) -> Decision:
+        if recorded.error is not None:
+            return Decision(
+                position=position,
+                inputs=call.inputs,
+                seed=0,
+                run_produce=False,
+                error=recorded.error,
+                state=("served", recorded, exact),
+            )
+        action, observation = recorded.action, recorded.observation
+        if not isinstance(action, _IMMUTABLE) or not isinstance(observation, _IMMUTABLE):
+            # the agent may mutate what it receives; the recording is shared by every rollout
+            payload = (
+                canonical.decode(recorded.output_bytes)
+                if recorded.output_bytes
+                else canonical.decode(canonical.encode(recorded.output_payload()))
+            )
+            action, observation = payload.get("action"), payload.get("observation")
+        return Decision(
+            position=position,
+            inputs=call.inputs,
+            seed=0,
+            run_produce=False,
+            action=action,
+            observed=recorded.observed,
+            observation=observation,
+            state=("served", recorded, exact),
+        )
+
+    def _live(self, call: StepCall, position: int) -> Decision:
+        decision = Decision(
+            position=position,
+            inputs=call.inputs,
+            seed=stream_seed(self._step_base, position),
+            run_produce=True,
+            run_observe=call.observe is not None,
+            model_hint=self.plan.model_override,
+            state=("live", None),
+        )
+        if call.side_effects and not (self.plan.resume and position >= len(self.recorded)):
+            decision.run_produce = decision.run_observe = False
+            decision.exception = self._blocked(call, position, "the run left the recording")
+        return decision
+
+    def _blocked(self, call: StepCall, position: int, why: str) -> SideEffectBlockedError:
+        self.blocked.append(position)
+        return SideEffectBlockedError(
+            f"tool {call.name!r} (step {position}) has side effects and {why}; agent-replay "
+            "never executes it live during a replay. Hold it, or give it a mock observation "
+            "(observe=...)"
+        )
+
+    def _diverge(self, call: StepCall, position: int, reason: str) -> None:
+        recorded = self.recorded[position] if position < len(self.recorded) else None
+        live = _describe_call(call)
+        if self.plan.strict:
+            closest = _closest(call, position, self.recorded)
+            self.error = ReplayDivergenceError(
+                f"replay of {self.trajectory.session_id!r} diverged at step {position}: "
+                f"{reason}.\n  live call: {live}\n  closest recorded calls:\n    "
+                + "\n    ".join(closest or ["(none)"]),
+                position=position,
+                live=live,
+                closest=closest,
+            )
+            raise self.error
+        self.divergence = Divergence(
+            position, live, None if recorded is None else _describe_step(recorded), reason
+        )
+        self.changed = True
+
+    # -- collecting -----------------------------------------------------------------------
+
+    def commit(
+        self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
+    ) -> None:
+        # keep raw material only: most rollouts are never turned into trajectories
+        label, recorded = decision.state[0], decision.state[1]
+        if label == "served":
+            self.served_steps += 1
+            if decision.state[2]:  # exactly the recorded step: keep it, hashes and all
+                self.steps[decision.position] = (recorded,)
+                return
+            label = "held"
+        elif decision.run_produce or decision.run_observe:
+            self.live_steps += 1
+            if call.attributes or (recorded is not None and recorded.attributes):
+                self._count_tokens(call, recorded)
+        self.steps[decision.position] = (call, decision.inputs, result, label)
+
+    def _count_tokens(self, call: StepCall, recorded: Step | None) -> None:
+        usage = call.attributes or {}
+        reported = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        if reported:
+            self.tokens += reported
+        elif recorded is not None:
+            attrs = recorded.attributes
+            estimate = int(attrs.get("input_tokens") or 0) + int(attrs.get("output_tokens") or 0)
+            if estimate:
+                self.tokens += estimate
+                self.tokens_estimated = True
+
+    def body_seed(self, segment: int) -> int:
+        if self.changed:
+            return stream_seed(self._body_base, segment)
+        return stream_seed(self._recorded_body_base, segment)
+
+    def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
+        if not self.changed:
+            queue = self._effects.get((ctx.position, kind))
+            if queue:
+                return queue.popleft()
+        if kind == "uuid":
+            self._uuid_count += 1
+            bits = derive_seed(self.seed, "uuid", ctx.position, self._uuid_count)
+            bits = (bits << 64) | derive_seed(self.seed, "uuid2", ctx.position, self._uuid_count)
+            return str(_uuid.UUID(int=bits, version=4))
+        return live()
+
+    def finish(self) -> None:
+        """Notice a run that ended before the recording did although nothing changed."""
+        if (
+            self.divergence is None
+            and not self.changed
+            and self.error is None
+            and self.calls < len(self.recorded)
+        ):
+            self.divergence = Divergence(
+                self.calls,
+                "(run ended)",
+                _describe_step(self.recorded[self.calls]),
+                f"the run made {self.calls} of {len(self.recorded)} recorded calls",
+            )
+
+
+def _draft(material: tuple) -> StepDraft:
+    if len(material) == 1:
+        return material[0].draft()
+    call, inputs, result, label = material
+    return step_draft(call, inputs, result, attributes={"replay": label})
+
+
+def _same_inputs(live: Any, recorded: Step) -> bool:
+    try:
+        if live == recorded.inputs:
+            return True
+        return canonical.hash_value(live) == recorded.input_hash
+    except CanonicalEncodingError:
+        return False
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, _IMMUTABLE):
+        return value
+    return canonical.decode(canonical.encode(value))
+
+
+def _describe_call(call: StepCall) -> str:
+    return f"{call.kind.value}:{call.name}({_preview(call.inputs)})"
+
+
+def _describe_step(step: Step) -> str:
+    return f"#{step.index} {step.label}({_preview(step.inputs)})"
+
+
+def _preview(value: Any, width: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _closest(call: StepCall, position: int, recorded: tuple[Step, ...]) -> list[str]:
+    """Recorded steps most like ``call``: same kind and name first, then nearest position."""
+
+    def score(step: Step) -> tuple:
+        return (step.kind is not call.kind, step.name != call.name, abs(step.index - position))
+
+    return [_describe_step(s) for s in sorted(recorded, key=score)[:3]]
+
+
+# -- running ------------------------------------------------------------------------------
+
+_VERIFIED: dict[int, weakref.ref] = {}
+
+
+def ensure_verified(trajectory: Trajectory) -> None:
+    """Check the chain once per trajectory object (:class:`ChainIntegrityError` if broken)."""
+    ref = _VERIFIED.get(id(trajectory))
+    if ref is not None and ref() is trajectory:
+        return
+    trajectory.verify()
+    _VERIFIED[id(trajectory)] = weakref.ref(
+        trajectory, lambda _r, key=id(trajectory): _VERIFIED.pop(key, None)
+    )
+
+
+def _setup(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    plan: ReplayPlan | None,
+    seed: int,
+    strict: bool | None,
+    verify: bool,
+    tracer_provider: trace.TracerProvider | None,
+    context_cls: type[AgentContext],
+) -> tuple[Replayer, AgentContext]:
+    plan = plan or ReplayPlan.factual()
+    if strict is not None and strict != plan.strict:
+        plan = replace(plan, strict=strict)
+    if verify:
+        ensure_verified(trajectory)
+    plan.validate(trajectory)
+    driver = Replayer(trajectory, plan, seed)
+    ctx = context_cls(
+        driver,
+        session_id=trajectory.session_id,
+        seed=trajectory.seed if trajectory.seed is not None else 0,
+        task=trajectory.task,
+        tracer=make_tracer(tracer_provider) if tracer_provider is not None else None,
+        capture_content=False,
+    )
+    return driver, ctx
+
+
+def _result(
+    driver: Replayer, verifier: Verifier | None, result: Any, error: BaseException | None
+) -> ReplayResult:
+    if driver.error is not None:
+        raise driver.error
+    driver.finish()
+    outcome = judge(
+        verifier,
+        result,
+        error,
+        where=f"replay of {driver.trajectory.session_id!r} (rollout seed {driver.seed})",
+    )
+    positions = tuple(sorted(driver.steps))
+    return ReplayResult(
+        result=result,
+        outcome=outcome,
+        plan=driver.plan,
+        seed=driver.seed,
+        session_id=driver.trajectory.session_id,
+        diverged=driver.divergence is not None,
+        divergence=driver.divergence,
+        exception=None if error is None else describe_failure(error),
+        live_steps=driver.live_steps,
+        served_steps=driver.served_steps,
+        held_unresamplable=tuple(driver.held_unresamplable),
+        blocked_side_effects=tuple(driver.blocked),
+        tokens=driver.tokens,
+        tokens_estimated=driver.tokens_estimated,
+        positions=positions,
+        _material=tuple(driver.steps[p] for p in positions),
+    )
+
+
+def replay(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    plan: ReplayPlan | None = None,
+    *,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    strict: bool | None = None,
+    pass_context: bool = True,
+    verify: bool = True,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> ReplayResult:
+    """Run ``agent_fn`` once against ``trajectory`` under ``plan`` (factual by default).
+
+    ``seed`` keys the random streams of re-drawn steps (rollout ``seed`` of a common-random-
+    numbers design). Raises :class:`PlanError` / :class:`ChainIntegrityError` before running
+    when the plan does not fit or the chain does not verify, :class:`ReplayDivergenceError`
+    in strict mode, :class:`VerifierError` when the verifier misbehaves. No spans are emitted
+    unless ``tracer_provider`` is given. ``async def`` agents are run to completion (use
+    :func:`areplay` inside an event loop).
+    """
+    if is_async_agent(agent_fn):
+        return run_coroutine(
+            areplay(
+                agent_fn,
+                trajectory,
+                plan,
+                seed=seed,
+                verifier=verifier,
+                strict=strict,
+                pass_context=pass_context,
+                verify=verify,
+                tracer_provider=tracer_provider,
+            )
+        )
+    driver, ctx = _setup(
+        agent_fn, trajectory, plan, seed, strict, verify, tracer_provider, AgentContext
+    )
+    token = activate(ctx)
+    result, error = None, None
+    try:
+        result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
+    except Exception as exc:  # the agent's failure is the rollout's outcome
+        error = exc
+    finally:
+        deactivate(token)
+    return _result(driver, verifier, result, error)
+
+
+async def areplay(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    plan: ReplayPlan | None = None,
+    *,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    strict: bool | None = None,
+    pass_context: bool = True,
+    verify: bool = True,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> ReplayResult:
+    """:func:`replay` for ``async def`` agents, from inside an event loop."""
+    driver, ctx = _setup(
+        agent_fn, trajectory, plan, seed, strict, verify, tracer_provider, AsyncAgentContext
+    )
+    token = activate(ctx)
+    result, error = None, None
+    try:
+        result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
+        if hasattr(result, "__await__"):
+            result = await result
+    except Exception as exc:
+        error = exc
+    finally:
+        deactivate(token)
+    return _result(driver, verifier, result, error)

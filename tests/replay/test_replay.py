@@ -1,0 +1,261 @@
+import asyncio
+import dataclasses
+
+import pytest
+
+from agent_replay import ReplayPlan, record, replay
+from agent_replay.errors import (
+    ChainIntegrityError,
+    PlanError,
+    ReplayDivergenceError,
+)
+from agent_replay.model import Trajectory
+
+
+def noisy_agent(ctx, topic):
+    """Randomness everywhere: in steps, in the body, in now() and uuid()."""
+    route = ctx.rng.random()
+    a = ctx.llm("draft", produce=lambda: ctx.rng.random(), topic=topic)
+    stamp = ctx.now()
+    ident = ctx.uuid()
+    body = [ctx.rng.randint(0, 1000) for _ in range(3)]
+    b = ctx.tool("lookup", produce=lambda: {"x": ctx.rng.gauss(0, 1), "a": a}, a=a)
+    c = ctx.llm("final", produce=lambda: [b["x"], ctx.rng.choice("abc")], b=b)
+    return {"route": route, "stamp": stamp, "id": ident, "body": body, "c": c}
+
+
+def test_held_prefix_reproduces_the_recording_exactly_20_times():
+    traj = record(noisy_agent, {"topic": "t"}, seed=42)
+    for seed in range(20):
+        result = replay(noisy_agent, traj, seed=seed)
+        assert not result.diverged
+        assert result.live_steps == 0
+        assert [d.action for d in result.drafts] == [s.action for s in traj.steps]
+        assert result.result == traj.outcome.result
+        assert result.trajectory().head_hash == traj.head_hash
+
+
+def test_resampled_steps_use_common_random_numbers():
+    traj = record(noisy_agent, {"topic": "t"}, seed=1)
+    from_0 = replay(noisy_agent, traj, ReplayPlan.ablate_from(0), seed=7)
+    from_1 = replay(noisy_agent, traj, ReplayPlan.ablate_from(1), seed=7)
+    again = replay(noisy_agent, traj, ReplayPlan.ablate_from(0), seed=7)
+    other = replay(noisy_agent, traj, ReplayPlan.ablate_from(0), seed=8)
+
+    def without_clock(result):  # past a re-drawn step ctx.now() reads the real clock
+        return {k: v for k, v in result.result.items() if k != "stamp"}
+
+    assert without_clock(from_0) == without_clock(again)
+    assert from_0.result["id"] == again.result["id"]  # uuids come from the rollout's streams
+    assert from_0.drafts[0].action != traj.steps[0].action
+    assert from_0.drafts[0].action != other.drafts[0].action
+    # step 2's stream depends only on (rollout, step): same draw of the choice in both plans
+    assert from_0.drafts[2].action[1] == from_1.drafts[2].action[1]
+
+
+def branching_agent(ctx):
+    route = ctx.llm("route", produce=lambda: ctx.rng.choice(["A", "B"]))
+    if route == "A":
+        ctx.tool("prepare_a", produce=lambda: "prepared")
+        value = ctx.tool("fetch", produce=lambda: f"A-data-{ctx.rng.random():.3f}", key=1)
+    else:
+        value = ctx.tool("fetch", produce=lambda: f"B-data-{ctx.rng.random():.3f}", key=1)
+    return value
+
+
+def recorded_on_branch_a():
+    runs = (record(branching_agent, seed=s) for s in range(20))
+    return next(t for t in runs if t.steps[0].output == "A")
+
+
+def test_held_step_on_one_branch_is_never_served_another_branchs_output():
+    traj = recorded_on_branch_a()
+    assert [s.name for s in traj.steps] == ["route", "prepare_a", "fetch"]
+    # re-draw the route, hold everything else: runs that take branch B call fetch(key=1) at
+    # position 1, where the recording has prepare_a; binding by position must not serve the
+    # recorded branch-A fetch output there (the published package did).
+    outputs = []
+    for seed in range(40):
+        result = replay(branching_agent, traj, ReplayPlan.coalition({1, 2}), seed=seed)
+        outputs.append(result.result)
+        if result.drafts[0].action == "B":
+            assert result.diverged and result.divergence.position == 1
+            assert result.result.startswith("B-data-")
+        else:
+            assert not result.diverged and result.result == traj.outcome.result
+    assert any(o.startswith("B-") for o in outputs) and any(o.startswith("A-") for o in outputs)
+
+
+def test_strict_mode_lists_the_live_call_and_closest_recorded():
+    traj = recorded_on_branch_a()
+    plan = dataclasses.replace(ReplayPlan.coalition({1, 2}), strict=True)
+    seen = 0
+    for seed in range(40):
+        try:
+            replay(branching_agent, traj, plan, seed=seed)
+        except ReplayDivergenceError as exc:
+            seen += 1
+            assert exc.position == 1 and exc.live.startswith("tool:fetch")
+            assert any("tool:fetch" in c for c in exc.closest)
+            assert "closest recorded calls" in str(exc)
+    assert seen
+
+
+def test_nondeterministic_agent_is_reported_as_diverged():
+    calls = iter(range(100))
+
+    def leaky(ctx):
+        return ctx.llm("x", produce=lambda: 1, n=next(calls))  # input from outside ctx
+
+    traj = record(leaky)
+    result = replay(leaky, traj)
+    assert result.diverged and "inputs differ" in result.divergence.reason
+
+
+def test_force_runs_the_observation_on_the_forced_action():
+    def agent(ctx):
+        hit = ctx.tool("search", produce=lambda: "bad query", observe=lambda q: f"results({q})")
+        return hit
+
+    traj = record(agent)
+    assert traj.steps[0].action == "bad query" and traj.steps[0].output == "results(bad query)"
+    result = replay(agent, traj, ReplayPlan.factual().force(0, "good query"))
+    assert result.result == "results(good query)"
+    assert result.drafts[0].action == "good query"
+
+
+def test_remove_hands_the_agent_the_declared_default():
+    def agent(ctx):
+        a = ctx.tool("optional", produce=lambda: "value", default="fallback")
+        b = ctx.tool("plain", produce=lambda: "value")
+        return [a, b]
+
+    traj = record(agent)
+    result = replay(agent, traj, ReplayPlan.factual().remove(0).remove(1))
+    assert result.result == ["fallback", None]
+    assert result.drafts == ()
+
+
+def test_mock_observe_keeps_the_action():
+    def agent(ctx):
+        return ctx.tool("search", produce=lambda: "q", observe=lambda q: "real results")
+
+    traj = record(agent)
+    result = replay(agent, traj, ReplayPlan.factual().observe(0, "no results"))
+    assert result.result == "no results" and result.drafts[0].action == "q"
+
+
+def test_swap_model_and_edit_context_reach_the_policy():
+    def agent(ctx, question):
+        return ctx.llm(
+            "answer",
+            produce=lambda inputs: f"{ctx.model_hint}:{inputs['question']}",
+            question=question,
+        )
+
+    traj = record(agent, {"question": "q1"})
+    assert traj.outcome.result == "None:q1"
+    swapped = replay(agent, traj, ReplayPlan.ablate_from(0).swap_model("gpt-5"))
+    assert swapped.result == "gpt-5:q1"
+    edited = replay(agent, traj, ReplayPlan.factual().edit(0, {"question": "q2"}))
+    assert edited.result == "None:q2"
+
+
+def test_side_effects_never_run_live():
+    sent = []
+
+    def agent(ctx):
+        text = ctx.llm("write", produce=lambda: ctx.rng.choice(["a", "b", "c"]))
+        if text == "c":
+            ctx.tool("audit", produce=lambda: "audited")
+        ctx.tool(
+            "send_email", produce=lambda: sent.append(text) or "sent", body=text, side_effects=True
+        )
+        return text
+
+    traj = next(t for s in range(20) if (t := record(agent, seed=s)).steps[0].output != "c")
+    assert len(sent) >= 1
+    sent.clear()
+    blocked = 0
+    for seed in range(30):
+        result = replay(agent, traj, ReplayPlan.ablate_from(0), seed=seed)
+        if result.blocked_side_effects:
+            blocked += 1
+            assert result.exception["type"] == "SideEffectBlockedError"
+            assert result.failed
+    assert sent == []  # never executed live, whatever the plan
+    assert blocked  # the runs that took the audit branch reached send_email off the recording
+    assert traj.steps[-1].resamplable is False
+
+
+def test_forcing_a_side_effect_needs_a_mock_observation():
+    def agent(ctx):
+        return ctx.tool(
+            "refund",
+            produce=lambda: 10,
+            observe=lambda amount: f"refunded {amount}",
+            side_effects=True,
+        )
+
+    traj = record(agent)
+    with pytest.raises(PlanError, match="mock observation"):
+        replay(agent, traj, ReplayPlan.factual().force(0, 20))
+    result = replay(agent, traj, ReplayPlan.factual().force(0, 20).observe(0, "refunded 20"))
+    assert result.result == "refunded 20"
+
+
+def test_agent_exception_is_the_outcome_not_an_engine_error():
+    def agent(ctx):
+        value = ctx.llm("x", produce=lambda: ctx.rng.random())
+        if value > 0.5:
+            raise RuntimeError("agent bug")
+        return value
+
+    traj = record(agent, seed=0)
+    outcomes = [replay(agent, traj, ReplayPlan.ablate_from(0), seed=s) for s in range(20)]
+    crashed = [o for o in outcomes if o.exception]
+    assert crashed and all(o.failed and "agent bug" in o.exception["traceback"] for o in crashed)
+
+
+def test_recorded_step_errors_are_replayed():
+    def agent(ctx):
+        try:
+            ctx.tool("flaky", produce=lambda: 1 / 0)
+        except ZeroDivisionError:
+            return "caught"
+        return "no error"
+
+    traj = record(agent)
+    assert replay(agent, traj).result == "caught"
+
+
+def test_bad_plans_and_broken_chains_fail_before_running():
+    calls = []
+
+    def agent(ctx):
+        calls.append(1)
+        return ctx.llm("x", produce=lambda: 1)
+
+    traj = record(agent)
+    calls.clear()
+    with pytest.raises(PlanError, match=r"has steps 0\.\.0"):
+        replay(agent, traj, ReplayPlan.factual().force(3, "x"))
+    observation_only = record(lambda ctx: ctx.llm("x", produce=lambda: 1, resamplable=False))
+    with pytest.raises(PlanError, match="observation-only"):
+        replay(agent, observation_only, ReplayPlan.factual().force(0, 2))
+    tampered = Trajectory(traj.session_id, (dataclasses.replace(traj.steps[0], action=2),))
+    with pytest.raises(ChainIntegrityError):
+        replay(agent, tampered)
+    assert calls == []
+
+
+def test_async_agents_replay_the_same_way():
+    async def agent(ctx, n):
+        values = await asyncio.gather(
+            *(ctx.llm(f"p{i}", produce=lambda: ctx.rng.random()) for i in range(n))
+        )
+        return sum(values)
+
+    traj = record(agent, {"n": 3}, seed=2)
+    assert replay(agent, traj).result == traj.outcome.result
+    assert replay(agent, traj, ReplayPlan.ablate_from(1), seed=3).result != traj.outcome.result

@@ -1,0 +1,151 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from agent_replay import ReplayPlan, replay, replayable_agent
+from agent_replay.model import StepDraft, StepKind, Trajectory
+from agent_replay.replay.policies import OpenAIChatPolicy, ScriptedPolicy
+
+
+def parts(role, text):
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+def group_chat() -> Trajectory:
+    """An imported three-speaker chat: each speaker sees the history so far."""
+    lines = [
+        ("Planner", "We should search the archive for the 2019 report first."),
+        ("Searcher", "The archive says the 2019 report lists revenue of 5 million."),
+        ("Writer", "Final answer: revenue was 5 million."),
+    ]
+    drafts, history = [], [parts("user", "What was revenue in the 2019 report?")]
+    for agent, text in lines:
+        drafts.append(
+            StepDraft(
+                kind=StepKind.LLM,
+                name=f"{agent}.reply",
+                agent=agent,
+                inputs={"messages": list(history)},
+                action=[parts("assistant", text)],
+            )
+        )
+        history.append(parts("assistant", text))
+    return Trajectory("chat", metadata={"source": "import:test"}).with_steps(drafts)
+
+
+def final_text(result):
+    return result["final"][0]["parts"][0]["content"]
+
+
+def test_upstream_change_propagates_to_later_inputs():
+    traj = group_chat()
+    new_plan = [parts("assistant", "Let us ask the finance team instead of searching.")]
+    seen = []
+
+    def writer(request):
+        seen.append(request.inputs["messages"])
+        return request.step.output
+
+    agent = replayable_agent(
+        traj, {"Planner.reply": ScriptedPolicy([new_plan]), "agent:Writer": writer}
+    )
+    assert agent.observation_only == (1,)
+    result = replay(agent, traj, ReplayPlan.ablate_from(0), seed=1)
+    assert result.drafts[0].action == new_plan
+    # the writer saw the new planner message in its history, not the recorded one
+    assert seen[-1][1]["parts"][0]["content"].startswith("Let us ask the finance team")
+    assert result.held_unresamplable == (1,)  # Searcher has no policy: held and flagged
+    assert result.live_steps == 2
+
+
+def test_factual_replay_of_an_import_is_exact():
+    traj = group_chat()
+    agent = replayable_agent(traj, {"llm": ScriptedPolicy(["x"])})
+    result = replay(agent, traj)
+    assert result.live_steps == 0 and result.trajectory().head_hash == traj.head_hash
+
+
+def test_legacy_two_argument_policies_still_work():
+    traj = group_chat()
+    agent = replayable_agent(traj, {"llm": lambda ctx, inputs: [parts("assistant", "same")]})
+    result = replay(agent, traj, ReplayPlan.ablate_from(2), seed=0)
+    assert final_text(result.result) == "same"
+
+
+class _ChatServer(BaseHTTPRequestHandler):
+    requests: ClassVar[list] = []
+    fail_first = True
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append((self.path, body))
+        if type(self).fail_first:
+            type(self).fail_first = False
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "try again"}}')
+            return
+        last = body["messages"][-1]["content"]
+        payload = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": f"[{body['model']}] re-said: {last[-20:]}",
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def chat_server():
+    _ChatServer.requests = []
+    _ChatServer.fail_first = True
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_policy_with_the_real_client_and_its_retries(chat_server):
+    traj = group_chat()
+    policy = OpenAIChatPolicy(
+        base_url=chat_server,
+        api_key="sk-test",
+        model="local-model",
+        instructions=lambda step: f"You are {step.agent}.",
+        max_retries=2,
+    )
+    agent = replayable_agent(traj, {"agent:Writer": policy})
+    result = replay(agent, traj, ReplayPlan.ablate_from(2).swap_model("bigger-model"), seed=3)
+    assert final_text(result.result).startswith("[bigger-model] re-said:")
+    assert result.tokens == 18 and not result.tokens_estimated
+    assert len(_ChatServer.requests) == 2  # one 500, retried once by the openai client
+    path, body = _ChatServer.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert body["messages"][0] == {"role": "system", "content": "You are Writer."}
+    assert body["messages"][-1]["content"].startswith("The archive says")
+    assert isinstance(body["seed"], int)
