@@ -26,6 +26,7 @@ exception out of :func:`replay`.
 
 from __future__ import annotations
 
+import threading
 import uuid as _uuid
 import weakref
 from collections import defaultdict, deque
@@ -112,6 +113,11 @@ class ReplayResult:
     blocked_side_effects: tuple[int, ...]
     tokens: int
     tokens_estimated: bool
+    rejoined: bool = False
+    branch_at: int | None = None
+    coupled_steps: int = 0
+    path_end: int | None = None
+    same_at: int | None = None
     positions: tuple[int, ...] = field(repr=False, default=())
     _material: tuple = field(repr=False, default=(), compare=False)
 
@@ -188,6 +194,13 @@ class Replayer:
         for segment, kind, value in trajectory.effects:
             self._effects[(segment, kind)].append(value)
         self._uuid_count = 0
+        self.coupling: Coupling | None = None
+        self.coupled_steps = 0
+        self.branch_at: int | None = None
+        self.rejoined: Outcome | None = None
+        self.rejoin_at: int | None = None
+        self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
+        self.same_at: int | None = None
         self._step_base = derive_seed(seed, "step")
         self._body_base = derive_seed(seed, "body")
         self._recorded_body_base = derive_seed(self.base_seed, "body")
@@ -195,6 +208,8 @@ class Replayer:
     # -- binding --------------------------------------------------------------------------
 
     def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
+        if self.rejoined is not None:  # the agent swallowed the stop: keep stopping it
+            raise _Rejoined()
         self.calls = position + 1
         if self.divergence is None:
             if position < len(self.recorded):
@@ -217,8 +232,8 @@ class Replayer:
             return self._live(call, position)
         if mode == HOLD:
             return self._serve(call, recorded, position, exact=same_inputs)
-        self.changed = True
         if mode == REMOVE:
+            self.changed = True
             return Decision(
                 position=position,
                 inputs=call.inputs,
@@ -227,6 +242,7 @@ class Replayer:
                 state=("removed", recorded),
             )
         if mode == MOCK_OBSERVE:
+            self.changed = True
             return Decision(
                 position=position,
                 inputs=call.inputs,
@@ -238,14 +254,29 @@ class Replayer:
                 state=("mocked", recorded),
             )
         if mode == FORCE:
+            self.changed = True
             return self._forced(call, position, recorded)
-        # resample (possibly with edited inputs or a model hint)
+        # re-draw (possibly with edited inputs or a model hint)
         if call.produce is None or not (recorded.resamplable and call.resamplable):
             self.held_unresamplable.append(position)
             return self._serve(call, recorded, position, exact=same_inputs)
         inputs = call.inputs
         if position in plan.edited:
+            self.changed = True
             inputs = {**call.inputs, **plan.edited[position]}
+        on_path = not self.changed
+        if on_path and self.coupling is not None:
+            known = self.coupling.lookup(self.seed, position)
+            if known is True:  # this seed's re-draw here is known to reproduce the recording
+                self.coupled_steps += 1
+                if position == self.stop_if_same_at:
+                    self.same_at = position
+                    raise _Rejoined()
+                return self._serve(call, recorded, position, exact=True)
+            if known is not None:  # known to branch: the rest of this rollout is known too
+                self.rejoined = known
+                self.rejoin_at = position
+                raise _Rejoined()
         return Decision(
             position=position,
             inputs=inputs,
@@ -253,7 +284,7 @@ class Replayer:
             run_produce=True,
             run_observe=call.observe is not None,
             model_hint=plan.model_for(position),
-            state=("resampled", recorded),
+            state=("resampled", recorded, on_path),
         )
 
     def _forced(self, call: StepCall, position: int, recorded: Step) -> Decision:
@@ -364,6 +395,20 @@ class Replayer:
             self.live_steps += 1
             if call.attributes or (recorded is not None and recorded.attributes):
                 self._count_tokens(call, recorded)
+            if label == "resampled" and decision.state[2]:
+                if not self.changed and _reproduces(result, recorded):
+                    # the re-draw gave the recorded output: the run is still on the recorded
+                    # path, exactly as if this step had been held
+                    if self.coupling is not None:
+                        self.coupling.note_same(self.seed, decision.position)
+                    self.steps[decision.position] = (recorded,)
+                    if decision.position == self.stop_if_same_at:
+                        self.same_at = decision.position
+                        raise _Rejoined()
+                    return
+                if not self.changed:
+                    self.branch_at = decision.position
+                self.changed = True
         self.steps[decision.position] = (call, decision.inputs, result, label)
 
     def _count_tokens(self, call: StepCall, recorded: Step | None) -> None:
@@ -409,6 +454,77 @@ class Replayer:
                 _describe_step(self.recorded[self.calls]),
                 f"the run made {self.calls} of {len(self.recorded)} recorded calls",
             )
+
+
+class _Rejoined(BaseException):
+    """Stops a rollout whose remaining course is already known (see :class:`Coupling`).
+
+    A BaseException so that agents catching ``Exception`` do not swallow it.
+    """
+
+
+class Coupling:
+    """What common random numbers let rollouts of prefix plans share.
+
+    Under a prefix plan, a rollout with seed ``r`` that re-draws step ``k`` while still on the
+    recorded path either reproduces the recorded output (and stays on the path, exactly as if
+    step ``k`` had been held) or branches; if it branches, everything after is the same as in
+    the rollout of the plan that starts re-drawing at ``k`` with the same seed. So per
+    ``(seed, position)`` it is enough to know "reproduces" or "branches, with this outcome":
+    later rollouts serve the one and stop at the other, and their outcomes are exactly what a
+    full execution would give. Only valid for pure prefix plans of one trajectory, agent and
+    verifier; never used for Shapley coalitions. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._same: set[tuple[int, int]] = set()
+        self._branch: dict[tuple[int, int], Outcome] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, seed: int, position: int) -> bool | Outcome | None:
+        key = (seed, position)
+        if key in self._same:
+            return True
+        return self._branch.get(key)
+
+    def note_same(self, seed: int, position: int) -> None:
+        with self._lock:
+            self._same.add((seed, position))
+
+    def note_branch(self, seed: int, position: int, outcome: Outcome) -> None:
+        with self._lock:
+            self._branch.setdefault((seed, position), outcome)
+
+    def __len__(self) -> int:
+        return len(self._same) + len(self._branch)
+
+
+def _path_end(driver: Replayer) -> int | None:
+    """The last prefix position whose rollout, with this seed, is this very rollout: the
+    position where it left the recorded path (or rejoined a known branch, or the end)."""
+    if driver.divergence is not None or driver.coupling is None or driver.same_at is not None:
+        return None
+    if driver.rejoin_at is not None:
+        return driver.rejoin_at
+    if driver.changed:
+        return driver.branch_at
+    return len(driver.recorded)
+
+
+def _reproduces(result: StepResult, recorded: Step) -> bool:
+    if result.error is not None or recorded.error is not None:
+        return False
+    if result.observed != recorded.observed or result.action != recorded.action:
+        return False
+    if result.observed and result.observation != recorded.observation:
+        return False
+    payload = {"action": result.action}
+    if result.observed:
+        payload["observation"] = result.observation
+    try:  # == treats 1 and 1.0 alike; the content hash does not
+        return canonical.hash_value(payload) == recorded.output_hash
+    except CanonicalEncodingError:
+        return False
 
 
 def _draft(material: tuple) -> StepDraft:
@@ -479,7 +595,9 @@ def _setup(
     strict: bool | None,
     verify: bool,
     tracer_provider: trace.TracerProvider | None,
+    coupling: Coupling | None,
     context_cls: type[AgentContext],
+    stop_if_same_at: int | None = None,
 ) -> tuple[Replayer, AgentContext]:
     plan = plan or ReplayPlan.factual()
     if strict is not None and strict != plan.strict:
@@ -488,6 +606,8 @@ def _setup(
         ensure_verified(trajectory)
     plan.validate(trajectory)
     driver = Replayer(trajectory, plan, seed)
+    driver.coupling = coupling
+    driver.stop_if_same_at = stop_if_same_at if coupling is not None else None
     ctx = context_cls(
         driver,
         session_id=trajectory.session_id,
@@ -504,13 +624,29 @@ def _result(
 ) -> ReplayResult:
     if driver.error is not None:
         raise driver.error
-    driver.finish()
-    outcome = judge(
-        verifier,
-        result,
-        error,
-        where=f"replay of {driver.trajectory.session_id!r} (rollout seed {driver.seed})",
-    )
+    coupling = driver.coupling
+    if driver.same_at is not None:  # stopped on purpose: no outcome, only "reproduces"
+        outcome, result, error = Outcome(), None, None
+    elif driver.rejoined is not None:
+        outcome, result, error = driver.rejoined, None, None
+    else:
+        driver.finish()
+        known = None
+        if coupling is not None and not driver.changed and driver.divergence is None:
+            known = coupling.lookup(driver.seed, len(driver.recorded))  # the factual verdict
+        if isinstance(known, Outcome):
+            outcome = known
+        else:
+            outcome = judge(
+                verifier,
+                result,
+                error,
+                where=(f"replay of {driver.trajectory.session_id!r} (rollout seed {driver.seed})"),
+            )
+        if coupling is not None and driver.divergence is None:
+            at = driver.branch_at if driver.changed else len(driver.recorded)
+            if at is not None:
+                coupling.note_branch(driver.seed, at, outcome)
     positions = tuple(sorted(driver.steps))
     return ReplayResult(
         result=result,
@@ -527,6 +663,11 @@ def _result(
         blocked_side_effects=tuple(driver.blocked),
         tokens=driver.tokens,
         tokens_estimated=driver.tokens_estimated,
+        rejoined=driver.rejoined is not None,
+        branch_at=driver.branch_at,
+        coupled_steps=driver.coupled_steps,
+        path_end=_path_end(driver),
+        same_at=driver.same_at,
         positions=positions,
         _material=tuple(driver.steps[p] for p in positions),
     )
@@ -543,6 +684,8 @@ def replay(
     pass_context: bool = True,
     verify: bool = True,
     tracer_provider: trace.TracerProvider | None = None,
+    coupling: Coupling | None = None,
+    stop_if_same_at: int | None = None,
 ) -> ReplayResult:
     """Run ``agent_fn`` once against ``trajectory`` under ``plan`` (factual by default).
 
@@ -550,8 +693,9 @@ def replay(
     numbers design). Raises :class:`PlanError` / :class:`ChainIntegrityError` before running
     when the plan does not fit or the chain does not verify, :class:`ReplayDivergenceError`
     in strict mode, :class:`VerifierError` when the verifier misbehaves. No spans are emitted
-    unless ``tracer_provider`` is given. ``async def`` agents are run to completion (use
-    :func:`areplay` inside an event loop).
+    unless ``tracer_provider`` is given. ``coupling`` shares work between rollouts of prefix
+    plans (see :class:`Coupling`; the rollout engine manages it). ``async def`` agents are run
+    to completion (use :func:`areplay` inside an event loop).
     """
     if is_async_agent(agent_fn):
         return run_coroutine(
@@ -565,15 +709,28 @@ def replay(
                 pass_context=pass_context,
                 verify=verify,
                 tracer_provider=tracer_provider,
+                coupling=coupling,
+                stop_if_same_at=stop_if_same_at,
             )
         )
     driver, ctx = _setup(
-        agent_fn, trajectory, plan, seed, strict, verify, tracer_provider, AgentContext
+        agent_fn,
+        trajectory,
+        plan,
+        seed,
+        strict,
+        verify,
+        tracer_provider,
+        coupling,
+        AgentContext,
+        stop_if_same_at,
     )
     token = activate(ctx)
     result, error = None, None
     try:
         result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
+    except _Rejoined:
+        pass
     except Exception as exc:  # the agent's failure is the rollout's outcome
         error = exc
     finally:
@@ -592,10 +749,21 @@ async def areplay(
     pass_context: bool = True,
     verify: bool = True,
     tracer_provider: trace.TracerProvider | None = None,
+    coupling: Coupling | None = None,
+    stop_if_same_at: int | None = None,
 ) -> ReplayResult:
     """:func:`replay` for ``async def`` agents, from inside an event loop."""
     driver, ctx = _setup(
-        agent_fn, trajectory, plan, seed, strict, verify, tracer_provider, AsyncAgentContext
+        agent_fn,
+        trajectory,
+        plan,
+        seed,
+        strict,
+        verify,
+        tracer_provider,
+        coupling,
+        AsyncAgentContext,
+        stop_if_same_at,
     )
     token = activate(ctx)
     result, error = None, None
@@ -603,6 +771,8 @@ async def areplay(
         result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
         if hasattr(result, "__await__"):
             result = await result
+    except _Rejoined:
+        pass
     except Exception as exc:
         error = exc
     finally:

@@ -1,0 +1,390 @@
+"""``attribute``: which step made the run fail (or, in credit mode, secured its success)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..capture.run import Verifier
+from ..errors import SuccessfulRunError
+from ..model import Trajectory
+from ..replay.plan import ReplayPlan
+from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
+from .effects import PrefixProfile, SearchResult, search_effects, significant
+from .result import (
+    LIKELY,
+    NOTHING,
+    SEPARATED,
+    UNDECIDED,
+    AttributionResult,
+    CurvePoint,
+    Fidelity,
+    StepEffect,
+)
+from .stats import paired_difference
+
+__all__ = ["METHODS", "attribute"]
+
+METHODS = ("contrastive", "effects", "shapley", "both")
+
+
+def attribute(
+    trajectory: Trajectory,
+    agent: Callable[..., Any],
+    verifier: Verifier,
+    rollouts: int = 200,
+    method: str = "contrastive",
+    adaptive: bool = True,
+    repair: bool = False,
+    confidence: float = 0.95,
+    budget: float | None = None,
+    *,
+    mode: str = "failure",
+    initial_rollouts: int = 8,
+    fidelity_replays: int | None = None,
+    min_effect: float = 0.0,
+    culprit_rule: str = "effect",
+    agents: bool | None = None,
+    shapley_permutations: int = 64,
+    shapley_rollouts: int = 16,
+    repair_candidates: Sequence[Any] | None = None,
+    repair_propose_fn: Callable[..., Sequence[Any]] | None = None,
+    repair_threshold: float = 0.5,
+    executor: Executor | None = None,
+    cache: RolloutCache | None = None,
+    pass_context: bool = True,
+    fdr_method: str = "by",
+    keep_rollouts: bool = False,
+) -> AttributionResult:
+    """Estimate each step's causal effect on the failure and name the culprit.
+
+    The default estimator is the step effect ``e_i = F(i+1) - F(i)`` of the prefix failure
+    curve, with common random numbers, found by an adaptive search (see
+    :mod:`agent_replay.attribution.effects`). ``rollouts`` caps the rollouts per evaluated
+    position; ``budget`` caps live step executions (each re-drawn step is one LLM or tool call
+    in real life). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
+    ``agents=True`` adds agent-level Shapley values (default: when the run has 2-8 agents and
+    a Shapley method is chosen). ``repair=True`` searches a minimal repair of the culprit.
+
+    ``culprit_rule="poc"`` names the Point-of-Commitment step instead (the published
+    package's rule, kept for comparison; it is always reported as ``poc_index``).
+
+    Raises :class:`SuccessfulRunError` for a run that passed (use ``mode="credit"`` to ask
+    which step secured the success) and :class:`VerifierError` naming the rollout when the
+    verifier misbehaves. A run with no step that can be re-drawn yields a result whose verdict
+    says there is nothing to attribute.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if mode not in ("failure", "credit"):
+        raise ValueError(f"mode must be 'failure' or 'credit'; got {mode!r}")
+    if culprit_rule not in ("effect", "poc"):
+        raise ValueError(f"culprit_rule must be 'effect' or 'poc'; got {culprit_rule!r}")
+    if not 0.5 < confidence < 1:
+        raise ValueError("confidence must be in (0.5, 1)")
+    started = time.perf_counter()
+    n = len(trajectory.steps)
+    engine = RolloutEngine(
+        trajectory, agent, verifier, executor=executor, pass_context=pass_context, cache=cache
+    )
+    credit = mode == "credit"
+    profile = PrefixProfile(n)
+
+    def probe(position: int, seed: int) -> bool:
+        (result,) = engine.run(ReplayPlan.ablate_from(position), [seed])
+        return (not result.failed) if credit else result.failed
+
+    def run_position(position: int, seeds: list[int], probe_same: bool = False) -> None:
+        results = engine.run(ReplayPlan.ablate_from(position), seeds, stop_if_same=probe_same)
+        for seed, result in zip(seeds, results, strict=True):
+            if result.same_at is not None:
+                profile.same.setdefault(position, set()).add(seed)
+                continue
+            event = (not result.failed) if credit else result.failed
+            # a rollout that stayed on the recorded path up to `path_end` is, exactly, the
+            # rollout of every prefix plan up to there with the same seed (Coupling)
+            end = position if result.path_end is None else max(position, result.path_end)
+            for covered in range(position, end + 1):
+                profile.outcomes.setdefault(covered, {}).setdefault(seed, event)
+            for covered in range(position, end):
+                profile.same.setdefault(covered, set()).add(seed)
+
+    # fidelity: factual replays (everything held) - cheap, and they settle F(n)
+    replays = fidelity_replays or max(initial_rollouts, 8)
+    run_position(n, list(range(replays)))
+    fidelity = _fidelity(profile, n, replays, engine, confidence, credit)
+    recorded_failed = trajectory.outcome.failed if trajectory.outcome is not None else None
+    observed_failed = fidelity.failure_rate >= 0.5
+    if mode == "failure" and (
+        recorded_failed is False or (recorded_failed is None and not observed_failed)
+    ):
+        raise SuccessfulRunError(
+            f"session {trajectory.session_id!r} passed"
+            + (
+                ""
+                if recorded_failed is False
+                else f" (factual replays fail {fidelity.failure_rate:.0%} of the time)"
+            )
+            + "; attribute a failing run, or pass mode='credit' to find which step secured "
+            "the success"
+        )
+
+    resamplable = [s.resamplable and not s.side_effects for s in trajectory.steps]
+    observation_only = frozenset(i for i, ok in enumerate(resamplable) if not ok)
+    warnings = []
+    if fidelity.warning:
+        warnings.append(fidelity.warning)
+    if observation_only:
+        warnings.append(
+            f"{len(observation_only)} step(s) cannot be re-drawn (no policy, or side effects) "
+            f"and are held in every rollout: {sorted(observation_only)}; they are not scored"
+        )
+
+    if not any(resamplable):
+        search = None
+        stop_reason = "nothing to attribute"
+        warnings.append(
+            "no step of this run can be re-drawn, so nothing can be attributed; "
+            "give its steps resample policies (interop.replayable_agent)"
+        )
+    else:
+        search = search_effects(
+            run_position,
+            profile,
+            n=n,
+            confidence=confidence,
+            max_rollouts=rollouts,
+            initial_rollouts=min(initial_rollouts, rollouts),
+            adaptive=adaptive,
+            budget=budget,
+            spent=lambda: engine.cost.live_steps,
+            observation_only=observation_only,
+            probe=probe,
+            min_effect=min_effect,
+            fdr_method=fdr_method,
+        )
+        stop_reason = search.stop_reason
+
+    effects = _step_effects(trajectory, search, observation_only)
+    curve = _curve(profile, confidence, search.looks if search else 1)
+    poc_index = _point_of_commitment(profile, n, confidence, search.looks if search else 1)
+    decisive = tuple(sorted(s.start for s in search.decisive if s.width == 1)) if search else ()
+
+    culprit, verdict = _verdict(search, decisive)
+    if culprit_rule == "poc":
+        culprit = poc_index
+        verdict = LIKELY if poc_index is not None else UNDECIDED
+    if search is None:
+        verdict = NOTHING
+
+    shapley = agent_shapley = None
+    if method in ("shapley", "both") and search is not None:
+        from .shapley import agent_shapley_values, step_shapley_values
+
+        shapley = step_shapley_values(
+            engine,
+            trajectory,
+            observation_only,
+            permutations=shapley_permutations,
+            rollouts=shapley_rollouts,
+            confidence=confidence,
+            credit=credit,
+        )
+        if method == "shapley" and culprit_rule == "effect" and shapley.values:
+            culprit = _shapley_culprit(shapley, trajectory)
+            verdict = LIKELY if culprit is not None else UNDECIDED
+    if search is not None and (
+        agents
+        or (agents is None and method in ("shapley", "both") and 2 <= len(trajectory.agents) <= 8)
+    ):
+        from .shapley import agent_shapley_values
+
+        agent_shapley = agent_shapley_values(
+            engine, trajectory, rollouts=shapley_rollouts, confidence=confidence, credit=credit
+        )
+
+    found_repair = None
+    if repair and culprit is not None:
+        from .repair import find_minimal_repair
+
+        found_repair = find_minimal_repair(
+            engine,
+            culprit,
+            candidates=repair_candidates,
+            propose_fn=repair_propose_fn,
+            rollouts=min(rollouts, 64),
+            threshold=repair_threshold,
+            confidence=confidence,
+        )
+
+    cost = engine.cost.to_dict()
+    cost["seconds"] = round(time.perf_counter() - started, 6)
+    cost["full_profile_live_steps"] = (rollouts * n * (n + 1)) // 2
+    culprit_step = trajectory.steps[culprit] if culprit is not None else None
+    return AttributionResult(
+        session_id=trajectory.session_id,
+        n_steps=n,
+        mode=mode,
+        method=method,
+        confidence=confidence,
+        culprit_index=culprit,
+        culprit_agent=culprit_step.agent if culprit_step is not None else None,
+        verdict=verdict,
+        stop_reason=stop_reason,
+        steps=effects,
+        curve=curve,
+        decisive=decisive,
+        fdr={
+            "method": "benjamini-yekutieli" if fdr_method == "by" else "benjamini-hochberg",
+            "q": round(1 - confidence, 6),
+            "looks": search.looks if search else 1,
+            "separation_confidence": search.separation_confidence if search else confidence,
+            "p_values": "one-sided exact McNemar on CRN pairs, Bonferroni over looks",
+        },
+        poc_index=poc_index,
+        fidelity=fidelity,
+        divergence_rate=engine.cost.diverged / max(1, engine.cost.rollouts),
+        exceptions=dict(engine.cost.exceptions),
+        cost=cost,
+        shapley=shapley,
+        agent_shapley=agent_shapley,
+        repair=found_repair,
+        warnings=tuple(warnings),
+        trace_id=culprit_step.trace_id if culprit_step is not None else _trace_id(trajectory),
+        culprit_span_id=culprit_step.span_id if culprit_step is not None else None,
+        rollout_records=tuple(engine.records) if keep_rollouts else (),
+    )
+
+
+def _trace_id(trajectory: Trajectory) -> str | None:
+    return next((s.trace_id for s in trajectory.steps if s.trace_id), None)
+
+
+def _fidelity(
+    profile: PrefixProfile,
+    n: int,
+    replays: int,
+    engine: RolloutEngine,
+    confidence: float,
+    credit: bool,
+) -> Fidelity:
+    rate, interval, trials = profile.rate(n, confidence)
+    failure = (1 - rate) if credit else rate
+    if credit:
+        interval = type(interval)(
+            1 - interval.high, 1 - interval.low, interval.confidence, interval.method
+        )
+    diverged = engine.cost.diverged
+    warning = None
+    target = "success" if credit else "failure"
+    reproduced = (1 - failure) if credit else failure
+    if reproduced < 0.5:
+        warning = (
+            f"factual replays reproduce the recorded {target} only "
+            f"{reproduced:.0%} of the time ({trials} replays): the replay does not "
+            "reproduce the run (non-deterministic judge, tools or agent code?)"
+        )
+    elif reproduced < 1.0:
+        warning = (
+            f"factual replays reproduce the recorded {target} {reproduced:.0%} of the "
+            f"time: the judge or a tool is not deterministic; effects are measured "
+            "against that noise"
+        )
+    if diverged:
+        warning = (warning + "; " if warning else "") + (
+            f"{diverged} of {trials} factual replays diverged from the recording"
+        )
+    return Fidelity(
+        replays=trials,
+        failure_rate=failure,
+        interval=interval,
+        diverged=diverged,
+        reproduces=reproduced >= 0.5,
+        warning=warning,
+    )
+
+
+def _step_effects(
+    trajectory: Trajectory, search: SearchResult | None, observation_only: frozenset[int]
+) -> tuple[StepEffect, ...]:
+    segments = search.segments if search else []
+    decisive = {(s.start, s.end) for s in search.decisive} if search else set()
+    out = []
+    for step in trajectory.steps:
+        i = step.index
+        segment = next((s for s in segments if s.start <= i < s.end), None)
+        isolated = segment is not None and segment.width == 1
+        unscored = i in observation_only
+        out.append(
+            StepEffect(
+                index=i,
+                kind=step.kind.value,
+                name=step.name,
+                agent=step.agent,
+                effect=segment.estimate if isolated and not unscored else None,
+                interval=segment.interval if isolated and not unscored else None,
+                p_value=segment.p_value if isolated and not unscored else None,
+                decisive=bool(
+                    isolated and not unscored and (segment.start, segment.end) in decisive
+                ),
+                segment=(segment.start, segment.end) if segment else (i, i + 1),
+                segment_effect=None if segment is None else segment.estimate,
+                segment_interval=None if segment is None else segment.interval,
+                observation_only=unscored,
+                side_effects=step.side_effects,
+                action=step.output,
+            )
+        )
+    return tuple(out)
+
+
+def _curve(profile: PrefixProfile, confidence: float, looks: int) -> tuple[CurvePoint, ...]:
+    level = 1.0 - (1.0 - confidence) / looks
+    points = []
+    for position in profile.positions():
+        rate, interval, trials = profile.rate(position, level)
+        points.append(CurvePoint(position, rate, interval, trials))
+    return tuple(points)
+
+
+def _point_of_commitment(
+    profile: PrefixProfile, n: int, confidence: float, looks: int
+) -> int | None:
+    """The published package's rule, for comparison: the latest step ``i`` whose re-decision
+    still rescues the run, i.e. whose ``F(n) - F(i)`` interval excludes zero."""
+    level = 1.0 - (1.0 - confidence) / looks
+    latest = None
+    for position in profile.positions():
+        if position >= n:
+            continue
+        b_only, a_only, pairs = profile.paired(position, n)
+        if pairs and paired_difference(b_only, a_only, pairs, level).low > 0:
+            latest = position
+    return latest
+
+
+def _verdict(search: SearchResult | None, decisive: tuple[int, ...]) -> tuple[int | None, str]:
+    if search is None or search.candidate is None:
+        return None, UNDECIDED
+    candidate = search.candidate
+    if candidate.width != 1 or candidate.estimate <= 0:
+        return None, UNDECIDED
+    if search.separated:
+        return candidate.start, SEPARATED
+    # "likely": the largest estimated effect, significantly positive, and every segment
+    # actually compared (one with too few pairs could hide a larger effect). Not certified:
+    # a competitor may still be as large; "separated" is the certified verdict.
+    if search.adequate and (
+        candidate.start in decisive
+        or significant(candidate, len(search.segments), 1.0 - search.confidence)
+    ):
+        return candidate.start, LIKELY
+    return None, UNDECIDED
+
+
+def _shapley_culprit(shapley: Any, trajectory: Trajectory) -> int | None:
+    best = max(range(len(shapley.values)), key=lambda i: shapley.values[i])
+    if shapley.intervals[best].low <= 0:
+        return None
+    return int(shapley.players[best].split(":", 1)[0])

@@ -1,0 +1,487 @@
+"""Step effects: the prefix failure curve, estimated with common random numbers.
+
+``F(i)`` is the failure rate when steps before ``i`` are held and the rest re-drawn; ``e_i =
+F(i+1) - F(i)``. Rollout ``r`` uses seed ``r`` at every position, so the rollouts of two
+positions are paired and the effect of the steps between them is estimated from the pairs that
+disagree (``b``: fails only with the steps held; ``c``: fails only with them re-drawn).
+
+Adaptive search (the default). ``F`` is usually close to monotone with a few jumps, so:
+
+1. evaluate ``F`` on a coarse grid of positions (always ``0`` and ``n``) at ``r0`` rollouts;
+2. while the segment with the largest estimated increase spans several steps, evaluate its
+   midpoint (bisection);
+3. once it is a single step - the candidate - check that its effect's lower bound exceeds the
+   upper bound of every other segment; if not, double the rollouts at the positions bounding
+   the candidate and the segments that block it, and repeat;
+4. stop when the candidate is separated, when the budget (live step executions) or the
+   rollout cap cannot pay for the next round, and say which.
+
+Intervals are simultaneous where the verdict needs them: the error rate is divided by the
+number of looks the rollout schedule allows (Bonferroni alpha-spending, valid whenever the
+search stops) and, for separation, by the number of segments compared. The non-adaptive mode
+evaluates every position at the full rollout count (the complete profile).
+
+The assumption behind bisection: a segment whose endpoints show no increase holds no large
+step effect. Effects that cancel inside a segment would hide; the report lists the segments
+that were not resolved to single steps and their total effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .stats import (
+    Interval,
+    clopper_pearson,
+    effect_bounds,
+    fdr_reject,
+    mcnemar_p,
+    paired_difference,
+)
+
+__all__ = ["PrefixProfile", "SearchResult", "Segment", "search_effects", "significant"]
+
+GROWTH = 2
+
+
+@dataclass
+class PrefixProfile:
+    """Rollout outcomes by position and seed (``True`` = the event: failure, or success in
+    credit mode).
+
+    ``same[p]`` holds the seeds whose re-draw of step ``p`` reproduced the recording: for them
+    the rollout from ``p`` *is* the rollout from ``p + 1`` (common random numbers), so the two
+    outcomes are equal even when neither was run to the end.
+    """
+
+    n: int
+    outcomes: dict[int, dict[int, bool]] = field(default_factory=dict)
+    same: dict[int, set[int]] = field(default_factory=dict)
+    evaluated: set[int] = field(default_factory=set)  # positions the search asked for
+
+    def value(self, position: int, seed: int) -> bool | None:
+        while position <= self.n:
+            known = self.outcomes.get(position, {}).get(seed)
+            if known is not None:
+                return known
+            if seed not in self.same.get(position, ()):
+                return None
+            position += 1
+        return None
+
+    def covered(self, position: int, seed: int) -> bool:
+        return seed in self.outcomes.get(position, {}) or seed in self.same.get(position, ())
+
+    def rollouts(self, position: int) -> int:
+        """How many seeds, from 0 up, have a known outcome at ``position``."""
+        count = 0
+        while self.value(position, count) is not None:
+            count += 1
+        return count
+
+    def positions(self) -> list[int]:
+        """The positions the search evaluated (outcomes known elsewhere by coupling only
+        serve as values, they do not split segments)."""
+        return sorted(self.evaluated)
+
+    def rate(self, position: int, confidence: float) -> tuple[float, Interval, int]:
+        """``F(position)`` over seeds ``0 .. k-1``, the longest run of known outcomes (a seed
+        set chosen independently of the outcomes)."""
+        trials = self.rollouts(position)
+        events = sum(bool(self.value(position, seed)) for seed in range(trials))
+        return (
+            events / trials if trials else math.nan,
+            clopper_pearson(events, trials, confidence),
+            trials,
+        )
+
+    def paired(self, a: int, b: int) -> tuple[int, int, int]:
+        """``(b_only, a_only, pairs)``: pairs with the event only at ``b`` / only at ``a``."""
+        seeds = (
+            set(self.outcomes.get(a, ())) | set(self.outcomes.get(b, ())) | self.same.get(a, set())
+        )
+        b_only = a_only = pairs = 0
+        for seed in seeds:
+            if seed in self.same.get(a, ()) and all(
+                seed in self.same.get(j, ()) for j in range(a + 1, b)
+            ):
+                pairs += 1  # every step between reproduced: the two rollouts are one
+                continue
+            at_a, at_b = self.value(a, seed), self.value(b, seed)
+            if at_a is None or at_b is None:
+                continue
+            pairs += 1
+            if at_b and not at_a:
+                b_only += 1
+            elif at_a and not at_b:
+                a_only += 1
+        return b_only, a_only, pairs
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Steps ``start .. end - 1`` between two evaluated positions, and their total effect.
+
+    ``interval`` is two-sided at the look-adjusted level (for reports); ``p_value`` is the
+    one-sided, look-adjusted McNemar p-value for a positive effect.
+    """
+
+    start: int
+    end: int
+    estimate: float
+    interval: Interval
+    p_value: float
+    b_only: int
+    a_only: int
+    pairs: int
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class SearchResult:
+    """What the search found. ``separation`` holds the segments of the coarsest partition
+    the verdict was checked on, with their simultaneous one-sided bounds."""
+
+    profile: PrefixProfile
+    segments: list[Segment]
+    candidate: Segment | None
+    separated: bool
+    stop_reason: str
+    looks: int
+    separation_confidence: float
+    decisive: list[Segment]
+    separation: list[tuple[Segment, float, float]] = field(default_factory=list)
+    confidence: float = 0.95
+    min_pairs: int = 0  # every segment was compared on at least this many pairs
+
+    @property
+    def adequate(self) -> bool:
+        """Whether every segment has been compared on the first look's worth of pairs."""
+        return all(s.pairs >= self.min_pairs for s in self.segments)
+
+
+def _segment(
+    profile: PrefixProfile,
+    a: int,
+    b: int,
+    level: float,
+    looks: int,
+    observation_only: frozenset[int],
+) -> Segment:
+    b_only, a_only, pairs = profile.paired(a, b)
+    estimate = (b_only - a_only) / pairs if pairs else 0.0
+    if b - a == 1 and a in observation_only:
+        estimate = 0.0  # held in both arms: structurally no effect, and never the culprit
+    return Segment(
+        start=a,
+        end=b,
+        estimate=estimate,
+        interval=paired_difference(b_only, a_only, pairs, level),
+        p_value=min(1.0, mcnemar_p(b_only, a_only) * looks),
+        b_only=b_only,
+        a_only=a_only,
+        pairs=pairs,
+    )
+
+
+def _segments(
+    profile: PrefixProfile, confidence: float, looks: int, observation_only: frozenset[int]
+) -> list[Segment]:
+    positions = profile.positions()
+    level = 1.0 - (1.0 - confidence) / looks
+    return [
+        _segment(profile, a, b, level, looks, observation_only)
+        for a, b in zip(positions, positions[1:], strict=False)
+    ]
+
+
+def _candidate(segments: list[Segment], observation_only: frozenset[int]) -> Segment | None:
+    eligible = [s for s in segments if not (s.width == 1 and s.start in observation_only)]
+    if not eligible:
+        return None
+    # the largest estimated effect; among equals, an unexplored (wider) segment first
+    return max(eligible, key=lambda s: (s.estimate, s.width > 1, s.interval.high, -s.start))
+
+
+def _partition(
+    profile: PrefixProfile,
+    segments: list[Segment],
+    candidate: Segment,
+    confidence: float,
+    looks: int,
+    observation_only: frozenset[int],
+) -> list[Segment]:
+    """The coarsest partition to check the candidate against.
+
+    On each side of the candidate, adjacent segments are merged into runs as long as a run's
+    total effect stays clearly smaller than the candidate's (at most half of it); a segment
+    that could compete stays on its own. Fewer segments compared means a smaller multiplicity
+    correction, and a merged run uses the pairs between its far endpoints directly.
+    """
+    level = 1.0 - (1.0 - confidence) / looks
+    threshold = candidate.estimate / 2
+
+    def merge(side: list[Segment]) -> list[Segment]:
+        runs: list[Segment] = []
+        for segment in side:
+            if runs:
+                merged = _segment(
+                    profile, runs[-1].start, segment.end, level, looks, observation_only
+                )
+                if merged.estimate <= threshold and segment.estimate <= threshold:
+                    runs[-1] = merged
+                    continue
+            runs.append(segment)
+        return runs
+
+    left = merge([s for s in segments if s.end <= candidate.start])
+    right = merge([s for s in segments if s.start >= candidate.end])
+    return [*left, candidate, *right]
+
+
+def _bounds(
+    segments: list[Segment], candidate: Segment, confidence: float, looks: int
+) -> list[tuple[Segment, float, float]]:
+    """Simultaneous one-sided bounds: the candidate's lower bound and every other segment's
+    upper bound, each failing with probability alpha / (looks * segments)."""
+    tail = (1.0 - confidence) / (looks * max(1, len(segments)))
+    out = []
+    for segment in segments:
+        low, high = effect_bounds(segment.b_only, segment.a_only, segment.pairs, tail)
+        out.append((segment, low, high))
+    return out
+
+
+def significant(segment: Segment, compared: int, alpha: float) -> bool:
+    """Whether ``segment`` - chosen as the largest of ``compared`` segments - has a positive
+    effect: its look-adjusted exact McNemar p-value, Bonferroni-corrected for the choice."""
+    return segment.estimate > 0 and segment.p_value * compared < alpha
+
+
+def _locate(
+    profile: PrefixProfile,
+    probe: Callable[[int, int], bool],
+    n: int,
+    seeds: int,
+    can_afford: Callable[[int], bool],
+) -> list[int]:
+    """Candidate steps from seeds whose outcome differs between positions 0 and n.
+
+    For such a seed the outcome flips somewhere between the two positions; bisecting over
+    positions *for that seed alone* finds a flip in log2(n) single rollouts. Only used to
+    decide where to look: these probe outcomes come from selected seeds and never enter an
+    estimate.
+    """
+    first, last = profile.outcomes.get(0, {}), profile.outcomes.get(n, {})
+    discordant = [
+        seed for seed, event in sorted(first.items()) if seed in last and last[seed] != event
+    ][:seeds]
+    flips: Counter[int] = Counter()
+    for seed in discordant:
+        lo, hi, at_lo = 0, n, first[seed]
+        while hi - lo > 1:
+            middle = (lo + hi) // 2
+            known = profile.outcomes.get(middle, {}).get(seed)
+            if known is None:
+                if not can_afford(middle):
+                    return [step for step, _ in flips.most_common()]
+                known = probe(middle, seed)
+            if known != at_lo:
+                hi = middle
+            else:
+                lo, at_lo = middle, known
+        flips[lo] += 1
+    return [step for step, _ in flips.most_common()]
+
+
+def search_effects(
+    run_position: Callable[[int, list[int], bool], None],
+    profile: PrefixProfile,
+    *,
+    n: int,
+    confidence: float,
+    max_rollouts: int,
+    initial_rollouts: int,
+    adaptive: bool,
+    budget: float | None,
+    spent: Callable[[], float],
+    observation_only: frozenset[int],
+    probe: Callable[[int, int], bool] | None = None,
+    probe_seeds: int = 6,
+    min_effect: float = 0.0,
+    fdr_method: str = "by",
+) -> SearchResult:
+    """Run the search. ``run_position(position, seeds)`` adds the outcomes of ``seeds`` at
+    ``position`` (and wherever they are known to equal it) to ``profile``; ``probe(position,
+    seed)`` runs one rollout whose outcome only guides the search; ``spent()`` reports live
+    step executions so far (for the budget)."""
+    if adaptive:
+        levels = [initial_rollouts]
+        while levels[-1] < max_rollouts:
+            levels.append(min(max_rollouts, levels[-1] * GROWTH))
+    else:
+        levels = [max_rollouts]
+    looks = len(levels)
+    alpha = 1.0 - confidence
+
+    def affordable(position: int, rollouts: int) -> bool:
+        # a rollout from `position` re-draws at most n - position steps
+        return budget is None or spent() + rollouts * max(1, n - position) <= budget
+
+    def ensure(position: int, rollouts: int, probe_same: bool = False) -> bool:
+        if probe_same:
+            missing = [seed for seed in range(rollouts) if not profile.covered(position, seed)]
+        else:
+            missing = [seed for seed in range(rollouts) if profile.value(position, seed) is None]
+        profile.evaluated.add(position)
+        if not missing:
+            return True
+        if not affordable(position, len(missing)):
+            return False
+        run_position(position, missing, probe_same)
+        return True
+
+    def ensure_pair(step: int, rollouts: int) -> bool:
+        """Enough to compare positions ``step`` and ``step + 1`` on seeds ``0..rollouts-1``:
+        rollouts from ``step`` stop as soon as its re-draw reproduces the recording (then the
+        pair is concordant), and ``step + 1`` runs only for the seeds where it did not."""
+        if not ensure(step, rollouts, probe_same=True):
+            return False
+        missing = [
+            seed
+            for seed in range(rollouts)
+            if seed not in profile.same.get(step, ()) and profile.value(step + 1, seed) is None
+        ]
+        profile.evaluated.add(step + 1)
+        if not missing:
+            return True
+        if not affordable(step + 1, len(missing)):
+            return False
+        run_position(step + 1, missing, False)
+        return True
+
+    level_of: dict[int, int] = {}
+
+    def raise_to(position: int, level: int) -> bool:
+        if not ensure(position, levels[level]):
+            return False
+        level_of[position] = max(level, level_of.get(position, 0))
+        return True
+
+    def raise_pair(step: int, level: int) -> bool:
+        if not ensure_pair(step, levels[level]):
+            return False
+        # outcomes (not only "reproduced or not") at the first level, so the segments on
+        # either side of the pair can be compared too
+        for position in (step + 1, step):
+            if not ensure(position, levels[0]):
+                return False
+        for position in (step, step + 1):
+            level_of[position] = max(level, level_of.get(position, 0))
+        return True
+
+    stop_reason = "complete"
+    grid = [n, 0] if adaptive else list(range(n, -1, -1))  # cheapest (latest) first
+    for position in grid:
+        if not raise_to(position, 0):
+            stop_reason = "budget"
+            break
+    if adaptive and probe is not None and stop_reason != "budget":
+        # look where the outcome flips, per discordant seed; widen the net when none flip
+        while True:
+            steps = _locate(profile, probe, n, probe_seeds, lambda p: affordable(p, 1))
+            if steps:
+                # compare the pair on as many seeds as found the flip, so those seeds count
+                for step in steps[:2]:
+                    if not raise_pair(step, level_of.get(0, 0)):
+                        stop_reason = "budget"
+                break
+            level = level_of.get(0, 0) + 1
+            if level >= len(levels) or not (raise_to(n, level) and raise_to(0, level)):
+                break
+
+    separation: list[tuple[Segment, float, float]] = []
+    while stop_reason != "budget":
+        segments = _segments(profile, confidence, looks, observation_only)
+        candidate = _candidate(segments, observation_only)
+        if candidate is None:
+            stop_reason = "nothing to attribute"
+            break
+        if candidate.width > 1:
+            if not adaptive:
+                break
+            middle = (candidate.start + candidate.end) // 2
+            level = min(level_of.get(candidate.start, 0), level_of.get(candidate.end, 0))
+            if not raise_to(middle, level):
+                stop_reason = "budget"
+                break
+            continue
+        partition = _partition(profile, segments, candidate, confidence, looks, observation_only)
+        separation = _bounds(partition, candidate, confidence, looks)
+        low = next(lo for seg, lo, _ in separation if seg is candidate)
+        blockers = [seg for seg, _, high in separation if seg is not candidate and high >= low]
+        if low > 0 and not blockers:
+            stop_reason = "separated"
+            break
+        if not adaptive:
+            break
+        if next(hi for seg, _, hi in separation if seg is candidate) <= min_effect:
+            stop_reason = "no effect"
+            break
+        # more rollouts where they decide the verdict: first the candidate alone, until its
+        # effect is clearly positive; then also whatever blocks its separation
+        raised = False
+        level = min(level_of.get(candidate.start, 0), level_of.get(candidate.end, 0))
+        if level + 1 < len(levels):
+            if not raise_pair(candidate.start, level + 1):
+                stop_reason = "budget"
+            raised = True
+        involved: set[int] = set()
+        if stop_reason != "budget" and significant(candidate, len(segments), alpha):
+            for segment in blockers:
+                involved.update((segment.start, segment.end))
+            involved -= {candidate.start, candidate.end}
+        for position in sorted(involved, reverse=True):
+            level = level_of.get(position, 0)
+            if level + 1 >= len(levels):
+                continue
+            if not raise_to(position, level + 1):
+                stop_reason = "budget"
+                break
+            raised = True
+        if stop_reason == "budget":
+            break
+        if not raised:
+            stop_reason = "max_rollouts"
+            break
+
+    segments = _segments(profile, confidence, looks, observation_only)
+    candidate = _candidate(segments, observation_only)
+    separated = stop_reason == "separated"
+    if not separated and candidate is not None and candidate.width == 1:
+        partition = _partition(profile, segments, candidate, confidence, looks, observation_only)
+        separation = _bounds(partition, candidate, confidence, looks)
+        low = next(lo for seg, lo, _ in separation if seg is candidate)
+        separated = low > 0 and all(hi < low for seg, _, hi in separation if seg is not candidate)
+    rejected = fdr_reject([s.p_value for s in segments], alpha, method=fdr_method)
+    decisive = [s for s, yes in zip(segments, rejected, strict=True) if yes and s.estimate > 0]
+    m = max(1, len(separation))
+    return SearchResult(
+        profile=profile,
+        segments=segments,
+        candidate=candidate,
+        separated=separated,
+        stop_reason=stop_reason,
+        looks=looks,
+        separation_confidence=1.0 - alpha / (looks * m),
+        decisive=decisive,
+        separation=separation,
+        confidence=confidence,
+        min_pairs=levels[0],
+    )

@@ -1,0 +1,199 @@
+"""Intervals and tests whose coverage is checked by simulation (tests/attribution/test_coverage.py).
+
+* Failure rates: Clopper-Pearson exact intervals (never below nominal coverage).
+* Paired differences of failure indicators (a step effect from common-random-number pairs):
+  with ``b`` pairs failing only in the first arm and ``c`` only in the second out of ``n``,
+  ``p10`` and ``p01`` each get a Clopper-Pearson interval at half the error rate, and the
+  difference ``p10 - p01`` their Bonferroni combination. Conservative, valid at every ``n``.
+* One-sided p-values for "the effect is positive": the exact conditional McNemar test.
+* Many steps at once: Benjamini-Yekutieli step-up (valid under arbitrary dependence, which
+  shared rollouts create) or Benjamini-Hochberg.
+* Adaptive stopping: callers divide the error rate by the number of looks they may take
+  (a Bonferroni alpha-spending over a fixed look schedule), which keeps the final interval
+  valid at whatever look the procedure stops.
+
+Everything is pure Python; results are cached because the same counts recur constantly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = [
+    "Interval",
+    "binomial_cdf",
+    "clopper_pearson",
+    "cp_lower",
+    "cp_upper",
+    "effect_bounds",
+    "fdr_reject",
+    "mcnemar_p",
+    "paired_difference",
+]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``[low, high]`` at ``confidence`` (the level actually used, after any adjustment)."""
+
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+    def to_dict(self) -> dict:
+        return {
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "method": self.method,
+        }
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (exact enough for n <= 1e5)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    # terms from the mode outward would be faster; n is small here
+    total = 0.0
+    log_term = n * log_q  # k = 0
+    for i in range(k + 1):
+        if i:
+            log_term += math.log(n - i + 1) - math.log(i) + log_p - log_q
+        total += math.exp(log_term)
+    return min(1.0, total)
+
+
+def _solve(f, target: float, lo: float = 0.0, hi: float = 1.0) -> float:
+    """The p in [lo, hi] where the decreasing function f crosses target (bisection)."""
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if f(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@lru_cache(maxsize=65536)
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> Interval:
+    """Exact two-sided interval for a binomial proportion."""
+    if trials <= 0:
+        return Interval(0.0, 1.0, confidence, "clopper-pearson")
+    alpha = 1.0 - confidence
+    x, n = successes, trials
+    low = 0.0 if x == 0 else _lower(x, n, alpha / 2)
+    high = 1.0 if x == n else _upper(x, n, alpha / 2)
+    return Interval(low, high, confidence, "clopper-pearson")
+
+
+@lru_cache(maxsize=65536)
+def cp_lower(successes: int, trials: int, tail: float) -> float:
+    """One-sided Clopper-Pearson lower bound: P(true p < bound) <= ``tail``."""
+    if trials <= 0 or successes <= 0:
+        return 0.0
+    return _lower(successes, trials, tail)
+
+
+@lru_cache(maxsize=65536)
+def cp_upper(successes: int, trials: int, tail: float) -> float:
+    """One-sided Clopper-Pearson upper bound: P(true p > bound) <= ``tail``."""
+    if trials <= 0 or successes >= trials:
+        return 1.0
+    return _upper(successes, trials, tail)
+
+
+def effect_bounds(
+    first_only: int, second_only: int, pairs: int, tail: float
+) -> tuple[float, float]:
+    """One-sided bounds ``(lower, upper)`` for ``p10 - p01``, each failing with probability
+    at most ``tail`` (the two proportions share it, Bonferroni)."""
+    half = tail / 2
+    lower = cp_lower(first_only, pairs, half) - cp_upper(second_only, pairs, half)
+    upper = cp_upper(first_only, pairs, half) - cp_lower(second_only, pairs, half)
+    return max(-1.0, lower), min(1.0, upper)
+
+
+def _upper(x: int, n: int, tail: float) -> float:
+    # largest p with P(X <= x; p) >= tail; P(X <= x; p) decreases in p
+    return _solve(lambda p: binomial_cdf(x, n, p), tail)
+
+
+def _lower(x: int, n: int, tail: float) -> float:
+    # smallest p with P(X >= x; p) >= tail, i.e. 1 - P(X <= x - 1; p) >= tail
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 1.0 - binomial_cdf(x - 1, n, mid) < tail:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@lru_cache(maxsize=65536)
+def paired_difference(
+    first_only: int, second_only: int, pairs: int, confidence: float = 0.95
+) -> Interval:
+    """Interval for ``p10 - p01``: ``first_only`` pairs had the event only in arm one,
+    ``second_only`` only in arm two, out of ``pairs`` (see the module docstring)."""
+    half = 1.0 - (1.0 - confidence) / 2
+    a = clopper_pearson(first_only, pairs, half)
+    b = clopper_pearson(second_only, pairs, half)
+    return Interval(
+        max(-1.0, a.low - b.high),
+        min(1.0, a.high - b.low),
+        confidence,
+        "paired clopper-pearson (bonferroni)",
+    )
+
+
+@lru_cache(maxsize=65536)
+def mcnemar_p(first_only: int, second_only: int) -> float:
+    """One-sided exact McNemar p-value for "arm one has the event more often"."""
+    d = first_only + second_only
+    if d == 0:
+        return 1.0
+    return 1.0 - binomial_cdf(first_only - 1, d, 0.5)
+
+
+def fdr_reject(p_values: Sequence[float], q: float = 0.05, *, method: str = "by") -> list[bool]:
+    """Which hypotheses a step-up procedure rejects at false discovery rate ``q``.
+
+    ``method="by"`` (Benjamini-Yekutieli) is valid under any dependence; ``"bh"``
+    (Benjamini-Hochberg) assumes independence or positive dependence.
+    """
+    m = len(p_values)
+    if m == 0:
+        return []
+    scale = sum(1.0 / k for k in range(1, m + 1)) if method == "by" else 1.0
+    order = sorted(range(m), key=lambda i: p_values[i])
+    cutoff = -1
+    for rank, i in enumerate(order, start=1):
+        if p_values[i] <= rank * q / (m * scale):
+            cutoff = rank
+    rejected = [False] * m
+    for rank, i in enumerate(order, start=1):
+        if rank <= cutoff:
+            rejected[i] = True
+    return rejected
