@@ -93,11 +93,11 @@ def _only_error_at(expected: Callable[[dict], int]) -> Callable[[Any], int | Non
 
 
 def agent_a(ctx: Any, n: int, culprit: int, p_err: float) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev = _Run(ctx), "start"
     for i in range(n):
         if i == culprit:
-            rng = ctx.rng
-            prev = run.step(
+                prev = run.step(
                 f"step{i}",
                 lambda: "ERROR" if rng.random() < p_err else f"ok-{rng.randint(0, 99)}",
                 prev=prev,
@@ -121,9 +121,9 @@ def family_a(index: int) -> Instance:
 def agent_b(
     ctx: Any, n: int, culprit: int, reviewer: int, q: float, p_err: float, recoverable: bool
 ) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev, fixed = _Run(ctx), "start", False
     for i in range(n):
-        rng = ctx.rng
         if i == culprit:
             prev = run.step(
                 f"step{i}", lambda: "ERROR" if rng.random() < p_err else "ok", prev=prev
@@ -173,9 +173,9 @@ def family_b(index: int) -> Instance:
 
 
 def agent_c(ctx: Any, n: int, decision: int, executor: int, p_harm: float) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev, choice, outcome = _Run(ctx), "start", "safe", "none"
     for i in range(n):
-        rng = ctx.rng
         if i == decision:
             choice = run.step(
                 "decide", lambda: "harmful" if rng.random() < p_harm else "safe", prev=prev
@@ -219,9 +219,9 @@ def family_c(index: int) -> Instance:
 
 
 def agent_d(ctx: Any, n: int, a: int, b: int, p_a: float, p_b: float) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev = _Run(ctx), "start"
     for i in range(n):
-        rng = ctx.rng
         if i == a:
             prev = run.step(
                 f"step{i}", lambda: "ERROR-a" if rng.random() < p_a else "ok-a", prev=prev
@@ -266,11 +266,11 @@ def family_d(index: int) -> Instance:
 
 
 def agent_e(ctx: Any, pre: int, p_err: float) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev = _Run(ctx), "start"
     for i in range(pre):
         prev = run.noise(f"prepare{i}", prev)
     route = ctx.rng.choice(["A", "B"])  # drawn in the body, not in a step
-    rng = ctx.rng
     if route == "A":
         found = run.step("a_search", lambda: f"doc-{rng.randint(0, 5)}", kind="tool", q=prev)
         prev = run.step(
@@ -364,9 +364,9 @@ def family_h(index: int) -> Instance:
 
 
 def agent_i(ctx: Any, n: int, culprit: int, downstream: int, p_err: float) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev, upstream_error = _Run(ctx), "start", False
     for i in range(n):
-        rng = ctx.rng
         if i == culprit:
             prev = run.step(
                 f"step{i}",
@@ -411,9 +411,9 @@ def family_i(index: int) -> Instance:
 def agent_j(
     ctx: Any, n: int, culprit: int, reviewers: list[int], q: float, p_err: float
 ) -> dict[str, Any]:
+    rng = ctx.rng
     run, prev, fixed = _Run(ctx), "start", False
     for i in range(n):
-        rng = ctx.rng
         if i == culprit:
             prev = run.step(
                 f"step{i}", lambda: "ERROR" if rng.random() < p_err else "ok", prev=prev
