@@ -97,7 +97,7 @@ def agent_a(ctx: Any, n: int, culprit: int, p_err: float) -> dict[str, Any]:
     run, prev = _Run(ctx), "start"
     for i in range(n):
         if i == culprit:
-                prev = run.step(
+            prev = run.step(
                 f"step{i}",
                 lambda: "ERROR" if rng.random() < p_err else f"ok-{rng.randint(0, 99)}",
                 prev=prev,

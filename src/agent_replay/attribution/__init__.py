@@ -1,6 +1,6 @@
 """Attribution: step effects, Shapley values, repair, and the analyses built on them."""
 
-from .attribute import attribute
+from .api import attribute
 from .repair import find_minimal_repair
 from .result import AttributionResult, CurvePoint, Fidelity, Repair, ShapleyResult, StepEffect
 from .stats import Interval

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from .stats import (
     Interval,
     clopper_pearson,
+    e_bh,
+    e_value_positive,
     effect_bounds,
     fdr_reject,
     mcnemar_p,
@@ -126,7 +128,8 @@ class Segment:
     """Steps ``start .. end - 1`` between two evaluated positions, and their total effect.
 
     ``interval`` is two-sided at the look-adjusted level (for reports); ``p_value`` is the
-    one-sided, look-adjusted McNemar p-value for a positive effect.
+    one-sided, look-adjusted McNemar p-value for a positive effect; ``e_value`` the
+    anytime-valid e-value for it (see :func:`~agent_replay.attribution.stats.e_value_positive`).
     """
 
     start: int
@@ -137,6 +140,7 @@ class Segment:
     b_only: int
     a_only: int
     pairs: int
+    e_value: float = 1.0
 
     @property
     def width(self) -> int:
@@ -187,6 +191,7 @@ def _segment(
         b_only=b_only,
         a_only=a_only,
         pairs=pairs,
+        e_value=e_value_positive(b_only, a_only),
     )
 
 
@@ -260,8 +265,8 @@ def _bounds(
 
 def significant(segment: Segment, compared: int, alpha: float) -> bool:
     """Whether ``segment`` - chosen as the largest of ``compared`` segments - has a positive
-    effect: its look-adjusted exact McNemar p-value, Bonferroni-corrected for the choice."""
-    return segment.estimate > 0 and segment.p_value * compared < alpha
+    effect: its e-value (valid whenever the search stops) reaches ``compared / alpha``."""
+    return segment.estimate > 0 and segment.e_value >= compared / alpha
 
 
 def _locate(
@@ -315,7 +320,7 @@ def search_effects(
     probe: Callable[[int, int], bool] | None = None,
     probe_seeds: int = 6,
     min_effect: float = 0.0,
-    fdr_method: str = "by",
+    fdr_method: str = "e-bh",
 ) -> SearchResult:
     """Run the search. ``run_position(position, seeds)`` adds the outcomes of ``seeds`` at
     ``position`` (and wherever they are known to equal it) to ``profile``; ``probe(position,
@@ -334,6 +339,29 @@ def search_effects(
         # a rollout from `position` re-draws at most n - position steps
         return budget is None or spent() + rollouts * max(1, n - position) <= budget
 
+    observed_cost: dict[tuple[int, bool], float] = {}
+
+    def run_within_budget(position: int, missing: list[int], probe_same: bool) -> bool:
+        """Run ``missing`` seeds in chunks while the budget allows, estimating each chunk's
+        cost from what this kind of rollout cost so far (worst case at first); True when
+        all ran."""
+        if budget is None or position >= n:  # factual replays re-draw nothing
+            run_position(position, missing, probe_same)
+            return True
+        key = (position, probe_same)
+        done = 0
+        while done < len(missing):
+            per_rollout = observed_cost.get(key, n - position)
+            fits = int((budget - spent()) // max(per_rollout, 1e-9))
+            take = min(len(missing) - done, fits, 32)
+            if take <= 0:
+                return False
+            before = spent()
+            run_position(position, missing[done : done + take], probe_same)
+            observed_cost[key] = max(0.5, (spent() - before) / take)
+            done += take
+        return True
+
     def ensure(position: int, rollouts: int, probe_same: bool = False) -> bool:
         if probe_same:
             missing = [seed for seed in range(rollouts) if not profile.covered(position, seed)]
@@ -342,29 +370,34 @@ def search_effects(
         profile.evaluated.add(position)
         if not missing:
             return True
-        if not affordable(position, len(missing)):
-            return False
-        run_position(position, missing, probe_same)
-        return True
+        return run_within_budget(position, missing, probe_same)
 
     def ensure_pair(step: int, rollouts: int) -> bool:
         """Enough to compare positions ``step`` and ``step + 1`` on seeds ``0..rollouts-1``:
         rollouts from ``step`` stop as soon as its re-draw reproduces the recording (then the
-        pair is concordant), and ``step + 1`` runs only for the seeds where it did not."""
-        if not ensure(step, rollouts, probe_same=True):
-            return False
-        missing = [
+        pair is concordant), and ``step + 1`` runs only for the seeds where it did not. Seeds
+        go in chunks, each completed on both sides, so a budget stop never leaves half pairs."""
+        profile.evaluated.update((step, step + 1))
+        todo = [seed for seed in range(rollouts) if not profile.covered(step, seed)]
+        for start in range(0, len(todo), 16):
+            chunk = todo[start : start + 16]
+            if not run_within_budget(step, chunk, True):
+                return False
+            rest = [
+                seed
+                for seed in range(rollouts)
+                if seed not in profile.same.get(step, ())
+                and profile.value(step, seed) is not None
+                and profile.value(step + 1, seed) is None
+            ]
+            if rest and not run_within_budget(step + 1, rest, False):
+                return False
+        rest = [
             seed
             for seed in range(rollouts)
             if seed not in profile.same.get(step, ()) and profile.value(step + 1, seed) is None
         ]
-        profile.evaluated.add(step + 1)
-        if not missing:
-            return True
-        if not affordable(step + 1, len(missing)):
-            return False
-        run_position(step + 1, missing, False)
-        return True
+        return not rest or run_within_budget(step + 1, rest, False)
 
     level_of: dict[int, int] = {}
 
@@ -469,7 +502,10 @@ def search_effects(
         separation = _bounds(partition, candidate, confidence, looks)
         low = next(lo for seg, lo, _ in separation if seg is candidate)
         separated = low > 0 and all(hi < low for seg, _, hi in separation if seg is not candidate)
-    rejected = fdr_reject([s.p_value for s in segments], alpha, method=fdr_method)
+    if fdr_method == "e-bh":
+        rejected = e_bh([s.e_value for s in segments], alpha)
+    else:
+        rejected = fdr_reject([s.p_value for s in segments], alpha, method=fdr_method)
     decisive = [s for s, yes in zip(segments, rejected, strict=True) if yes and s.estimate > 0]
     m = max(1, len(separation))
     return SearchResult(

@@ -54,7 +54,7 @@ def attribute(
     executor: Executor | None = None,
     cache: RolloutCache | None = None,
     pass_context: bool = True,
-    fdr_method: str = "by",
+    fdr_method: str = "e-bh",
     keep_rollouts: bool = False,
 ) -> AttributionResult:
     """Estimate each step's causal effect on the failure and name the culprit.
@@ -236,10 +236,13 @@ def attribute(
         curve=curve,
         decisive=decisive,
         fdr={
-            "method": "benjamini-yekutieli" if fdr_method == "by" else "benjamini-hochberg",
+            "method": {"e-bh": "e-BH", "by": "Benjamini-Yekutieli", "bh": "Benjamini-Hochberg"}[
+                fdr_method
+            ],
             "q": round(1 - confidence, 6),
             "looks": search.looks if search else 1,
             "separation_confidence": search.separation_confidence if search else confidence,
+            "e_values": "mixture likelihood ratio of discordant CRN pairs (anytime-valid)",
             "p_values": "one-sided exact McNemar on CRN pairs, Bonferroni over looks",
         },
         poc_index=poc_index,
