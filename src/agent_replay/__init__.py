@@ -1,6 +1,16 @@
 """agent-replay: which step made your agent fail, why, and what fix would have saved it."""
 
 from ._version import __version__
+from .attribution import (
+    AttributionResult,
+    aggregate_runs,
+    analyze,
+    attribute,
+    drift,
+    export_contrastive_pairs,
+    faithfulness,
+    find_minimal_repair,
+)
 from .capture.context import AgentContext, AsyncAgentContext
 from .capture.recorder import arecord, record
 from .errors import (
@@ -18,6 +28,7 @@ from .errors import (
 )
 from .model import Lineage, Outcome, Step, StepKind, Trajectory
 from .replay import (
+    ReplayAgent,
     ReplayPlan,
     ReplayResult,
     TrajectoryDiff,
@@ -28,13 +39,16 @@ from .replay import (
     replayable_agent,
     resume,
 )
+from .rollouts import AblationEngine, RolloutCache, RolloutEngine
 from .session import Session
 from .store import CheckpointStore
 
 __all__ = [
+    "AblationEngine",
     "AgentContext",
     "AgentReplayError",
     "AsyncAgentContext",
+    "AttributionResult",
     "CanonicalEncodingError",
     "ChainIntegrityError",
     "CheckpointStore",
@@ -42,9 +56,12 @@ __all__ = [
     "Lineage",
     "Outcome",
     "PlanError",
+    "ReplayAgent",
     "ReplayDivergenceError",
     "ReplayPlan",
     "ReplayResult",
+    "RolloutCache",
+    "RolloutEngine",
     "Session",
     "SessionNotFoundError",
     "SideEffectBlockedError",
@@ -56,9 +73,16 @@ __all__ = [
     "TrajectoryDiff",
     "VerifierError",
     "__version__",
+    "aggregate_runs",
+    "analyze",
     "arecord",
     "areplay",
+    "attribute",
     "diff",
+    "drift",
+    "export_contrastive_pairs",
+    "faithfulness",
+    "find_minimal_repair",
     "fork",
     "record",
     "replay",

@@ -28,6 +28,7 @@ that were not resolved to single steps and their total effect.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -202,7 +203,7 @@ def _segments(
     level = 1.0 - (1.0 - confidence) / looks
     return [
         _segment(profile, a, b, level, looks, observation_only)
-        for a, b in zip(positions, positions[1:], strict=False)
+        for a, b in itertools.pairwise(positions)
     ]
 
 

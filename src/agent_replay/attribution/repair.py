@@ -23,7 +23,7 @@ from ..rollouts.engine import RolloutEngine
 from .result import Repair
 from .stats import clopper_pearson
 
-__all__ = ["find_minimal_repair", "minimality"]
+__all__ = ["export_contrastive_pairs", "find_minimal_repair", "minimality"]
 
 
 def minimality(original: Any, replacement: Any) -> float:
@@ -107,3 +107,35 @@ def find_minimal_repair(
     if valid:
         return max(valid, key=lambda r: (r.minimality, -r.failure_rate))
     return min(tried, key=lambda r: (r.failure_rate, -r.minimality))
+
+
+def export_contrastive_pairs(
+    results: Sequence[Any], path: str, trajectories: Sequence[Any] | None = None
+) -> int:
+    """Write one JSON line per validated repair: the failing action (``rejected``) and the
+    fix (``chosen``) with the step's context, for preference training. Returns the count.
+
+    ``trajectories`` (matched by session id) supply the culprit step's inputs as context.
+    """
+    by_session = {t.session_id: t for t in trajectories or ()}
+    written = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for result in results:
+            repair = getattr(result, "repair", None)
+            if repair is None or not repair.valid:
+                continue
+            trajectory = by_session.get(result.session_id)
+            context = trajectory.steps[repair.step].inputs if trajectory is not None else None
+            row = {
+                "session_id": result.session_id,
+                "step": repair.step,
+                "label": repair.label,
+                "context": context,
+                "rejected": repair.original,
+                "chosen": repair.replacement,
+                "failure_rate_before": result.fidelity.failure_rate,
+                "failure_rate_after": repair.failure_rate,
+            }
+            handle.write(json.dumps(row, ensure_ascii=False, default=repr) + "\n")
+            written += 1
+    return written

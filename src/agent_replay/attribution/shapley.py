@@ -131,8 +131,7 @@ def shapley_values(
         for direction, sequence in enumerate((order, order[::-1])):
             seed = derive_seed(salt, "chain", p, direction) % (1 << 40)
             previous = event(engine.run(plan(()), [seed])[0])
-            if direction == 0:
-                v_none_draws.append(previous)
+            v_none_draws.append(previous)
             held: list[int] = []
             for player in sequence:
                 held.append(player)

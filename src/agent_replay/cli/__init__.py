@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
+from .analysis import aggregate_command, drift_command
 from .demo import demo_command
 from .fork import diff_command, fork_command, resume_command
 from .record import record_command
@@ -34,5 +35,7 @@ for command in (
     sessions_command,
     show_command,
     verify_command,
+    aggregate_command,
+    drift_command,
 ):
     main.add_command(command)

@@ -252,16 +252,13 @@ class RolloutEngine:
         seeds = list(seeds)
         prefix = share and is_prefix_plan(plan)
         stop_if_same = stop_if_same and prefix
+        cacheable = self.cache is not None and is_prefix_plan(plan) and not stop_if_same
         results: dict[int, ReplayResult] = {}
         todo = []
         for seed in seeds:
-            cached = (
-                self.cache.get(plan, seed)
-                if (self.cache is not None and prefix and not stop_if_same)
-                else None
-            )
-            if cached is not None:
-                results[seed] = cached
+            cached = self.cache.get(plan, seed) if cacheable else None
+            if cached is not None and (share or not (cached.rejoined or cached.same_at)):
+                results[seed] = cached  # callers wanting the steps need a full execution
             else:
                 todo.append(RolloutRequest(plan, seed, prefix, stop_if_same))
         started = time.perf_counter()
@@ -270,7 +267,7 @@ class RolloutEngine:
             for request, result in zip(todo, fresh, strict=True):
                 results[request.seed] = result
                 self._account(result)
-                if self.cache is not None and request.coupled and result.same_at is None:
+                if cacheable and result.same_at is None:
                     self.cache.put(plan, request.seed, result)
         self.cost.rollout_seconds += time.perf_counter() - started
         return [results[seed] for seed in seeds]

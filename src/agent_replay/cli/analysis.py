@@ -1,0 +1,154 @@
+"""``agent-replay aggregate`` and ``agent-replay drift``: analyses beyond one verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..attribution import aggregate_runs, drift
+from .common import (
+    agent_option,
+    db_option,
+    echo_json,
+    friendly_errors,
+    json_option,
+    load_entrypoint,
+    open_store,
+    policy_option,
+    resolve_agent,
+    session_option,
+)
+
+
+@click.command("aggregate")
+@db_option
+@agent_option
+@click.option(
+    "--verifier",
+    "verifier_spec",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="Scores a result in [0, 1] (1 = success).",
+)
+@policy_option
+@click.option("--search", default=None, help="Only sessions whose id contains this text.")
+@click.option(
+    "--rollouts",
+    default=200,
+    show_default=True,
+    type=int,
+    help="Rollout cap per evaluated position.",
+)
+@click.option("--budget", default=None, type=float, help="Live step executions per run.")
+@json_option
+def aggregate_command(
+    db: Path,
+    agent_spec: str | None,
+    verifier_spec: str,
+    policy_name: str | None,
+    search: str | None,
+    rollouts: int,
+    budget: float | None,
+    as_json: bool,
+) -> None:
+    """Attribute every failing session and rank step names by how often they are to blame."""
+    verifier = load_entrypoint(verifier_spec, "--verifier")
+    with friendly_errors(), open_store(db) as store:
+        summaries = [s for s in store.list_sessions(search=search) if s.failed is not False]
+        trajectories = []
+        with click.progressbar(
+            summaries, label="loading", file=click.get_text_stream("stderr")
+        ) as bar:
+            for summary in bar:
+                trajectories.append(store.load(summary.session_id))
+        if not trajectories:
+            raise click.ClickException(f"no failing sessions in {db}")
+        with click.progressbar(
+            length=len(trajectories), label="attributing", file=click.get_text_stream("stderr")
+        ) as bar:
+
+            def agent_for(trajectory):
+                bar.update(1)
+                return resolve_agent(agent_spec, trajectory, policy_name)
+
+            result = aggregate_runs(
+                trajectories, None, verifier, agent_for=agent_for, rollouts=rollouts, budget=budget
+            )
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(result.to_text())
+
+
+@click.command("drift")
+@db_option
+@session_option
+@agent_option
+@click.option(
+    "--verifier",
+    "verifier_spec",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="Scores a result in [0, 1] (1 = success).",
+)
+@policy_option
+@click.option(
+    "--state-scorer",
+    "scorer_spec",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="Health of a step in [0, 1], for the silent-decay check.",
+)
+@click.option("--rollouts", default=50, show_default=True, type=int)
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Write the drift curve as a standalone HTML file.",
+)
+@json_option
+def drift_command(
+    db: Path,
+    session_id: str,
+    agent_spec: str | None,
+    verifier_spec: str,
+    policy_name: str | None,
+    scorer_spec: str | None,
+    rollouts: int,
+    out_path: str | None,
+    as_json: bool,
+) -> None:
+    """How open the run's fate was at each step, and where it sealed."""
+    verifier = load_entrypoint(verifier_spec, "--verifier")
+    scorer = load_entrypoint(scorer_spec, "--state-scorer") if scorer_spec else None
+    with friendly_errors(), open_store(db) as store:
+        trajectory = store.load(session_id)
+        agent = resolve_agent(agent_spec, trajectory, policy_name)
+        result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
+    if out_path:
+        result.to_html(out_path)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(
+        f"drift of {session_id} ({result.rollouts} rollouts, {result.live_steps} live "
+        "step executions)"
+    )
+    click.echo(f"{'position':>8}  {'F(p)':>6}  {'entropy':>7}")
+    for position, (rate, bits) in enumerate(zip(result.failure_rates, result.entropy, strict=True)):
+        click.echo(f"{position:>8}  {rate:>6.2f}  {bits:>7.2f}  " + "#" * round(bits * 20))
+    sealed = (
+        "never (the outcome stays open)"
+        if result.commitment_index is None
+        else f"after step {result.commitment_index}"
+    )
+    click.echo(f"fate sealed: {sealed}")
+    if result.health is not None:
+        click.echo(
+            "silent decay: "
+            + (f"yes, from step {result.decay_step}" if result.silent_decay else "no")
+        )
+    if out_path:
+        click.echo(f"wrote {out_path}")

@@ -1,0 +1,217 @@
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_replay import (
+    ReplayPlan,
+    RolloutCache,
+    RolloutEngine,
+    aggregate_runs,
+    attribute,
+    record,
+)
+from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+from agent_replay.errors import SuccessfulRunError, VerifierError
+from agent_replay.rollouts import ThreadExecutor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import families
+
+
+@pytest.fixture(scope="module")
+def demo_run():
+    return record(support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved)
+
+
+def test_demo_culprit_agent_and_repair(demo_run):
+    result = attribute(demo_run, support_agent, refund_approved, repair=True)
+    assert result.culprit_index == 2 and result.culprit.name == "choose_policy"
+    assert result.culprit_agent == "policy"
+    assert result.verdict == "separated" and result.stop_reason == "separated"
+    assert result.culprit.interval.low > 0
+    assert result.repair.valid and result.repair.replacement == "refund_policy_2026"
+    assert result.fidelity.reproduces and result.fidelity.failure_rate == 1.0
+    assert result.steps[6].observation_only  # send_reply has side effects: never scored
+    assert result.steps[6].effect is None
+    assert result.cost["live_steps"] > 0 and result.cost["rollouts"] > 0
+    assert result.poc_index is not None
+
+
+@pytest.mark.parametrize("family", ["A", "B", "C", "D", "E", "H", "I", "J"])
+def test_culprits_on_the_suite(family):
+    for index in range(3):
+        instance = families.FAMILIES[family](index)
+        trajectory, truth = families.find_failing_recording(instance, record)
+        result = attribute(trajectory, instance.agent, instance.verifier)
+        assert result.culprit_index == truth, (family, index, result.summary())
+
+
+def test_coupling_changes_cost_not_outcomes():
+    instance = families.FAMILIES["F"](1)
+    trajectory, _ = families.find_failing_recording(instance, record)
+    shared = RolloutEngine(trajectory, instance.agent, instance.verifier)
+    alone = RolloutEngine(trajectory, instance.agent, instance.verifier, coupling=False)
+    for position in range(len(trajectory.steps) + 1):
+        plan = ReplayPlan.ablate_from(position)
+        a = [r.failed for r in shared.run(plan, range(30))]
+        b = [r.failed for r in alone.run(plan, range(30))]
+        assert a == b, position
+    assert shared.cost.live_steps < alone.cost.live_steps
+
+
+def test_cache_gives_identical_results(demo_run):
+    a = attribute(demo_run, support_agent, refund_approved)
+    b = attribute(demo_run, support_agent, refund_approved, cache=RolloutCache())
+    assert a.to_dict()["steps"] == b.to_dict()["steps"]
+    assert a.to_dict()["curve"] == b.to_dict()["curve"]
+
+
+def test_thread_executor_matches_serial(demo_run):
+    serial = attribute(demo_run, support_agent, refund_approved)
+    pool = ThreadExecutor(4)
+    threaded = attribute(demo_run, support_agent, refund_approved, executor=pool)
+    pool.close()
+    assert serial.culprit_index == threaded.culprit_index
+    assert serial.to_dict()["curve"] == threaded.to_dict()["curve"]
+
+
+def test_async_agents_are_attributed_concurrently():
+    async def agent(ctx, n):
+        total = []
+        for i in range(n):
+            value = await ctx.llm(
+                f"s{i}",
+                produce=lambda i=i: (
+                    "bad" if i == 2 and ctx.rng.random() < 0.6 else f"ok{ctx.rng.randint(0, 3)}"
+                ),
+            )
+            total.append(value)
+            await asyncio.sleep(0)
+        return total
+
+    def verifier(result):
+        return 0.0 if "bad" in result else 1.0
+
+    traj = next(
+        t
+        for s in range(50)
+        if (t := record(agent, {"n": 5}, seed=s, verifier=verifier)).outcome.failed
+    )
+    assert attribute(traj, agent, verifier).culprit_index == 2
+
+
+def test_passing_run_raises_or_runs_credit(demo_run):
+    passing = next(
+        t
+        for s in range(40)
+        if not (
+            t := record(support_agent, DEMO_TASK, seed=s, verifier=refund_approved)
+        ).outcome.failed
+    )
+    with pytest.raises(SuccessfulRunError, match="credit"):
+        attribute(passing, support_agent, refund_approved)
+    credit = attribute(passing, support_agent, refund_approved, mode="credit")
+    assert credit.mode == "credit" and credit.culprit_index == 2  # the right policy choice
+
+
+def test_nothing_to_attribute_is_a_result_not_a_crash():
+    def agent(ctx):
+        return ctx.llm("fixed", produce=lambda: "x", resamplable=False)
+
+    traj = record(agent, verifier=lambda r: 0.0)
+    result = attribute(traj, agent, lambda r: 0.0)
+    assert result.culprit_index is None and result.verdict == "nothing to attribute"
+    assert any("nothing can be attributed" in w for w in result.warnings)
+
+
+def test_tiny_budget_is_undecided_with_intervals(demo_run):
+    result = attribute(demo_run, support_agent, refund_approved, budget=5)
+    assert result.culprit_index is None and result.verdict == "undecided"
+    assert result.stop_reason == "budget"
+    assert result.curve  # the intervals measured so far are reported
+
+
+def test_verifier_errors_name_the_rollout(demo_run):
+    calls = {"n": 0}
+
+    def flaky(result):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyError("decision")
+        return refund_approved(result)
+
+    with pytest.raises(VerifierError, match="rollout"):
+        attribute(demo_run, support_agent, flaky)
+    with pytest.raises(VerifierError, match="number in"):
+        attribute(demo_run, support_agent, lambda r: "no")
+
+
+def test_full_profile_and_shapley(demo_run):
+    result = attribute(
+        demo_run,
+        support_agent,
+        refund_approved,
+        adaptive=False,
+        rollouts=40,
+        method="both",
+        agents=True,
+    )
+    assert [p.position for p in result.curve] == list(range(len(demo_run.steps) + 1))
+    assert result.culprit_index == 2
+    shapley = result.shapley
+    assert shapley.method == "exact" and abs(shapley.efficiency_gap) < 1e-9
+    assert result.agent_shapley.players == ("triage", "policy", "writer")
+
+
+def test_permutation_shapley_is_efficient_by_construction():
+    instance = families.FAMILIES["A"](0)
+    trajectory, _ = families.find_failing_recording(instance, record)
+    assert len(trajectory.steps) > 8
+    result = attribute(
+        trajectory, instance.agent, instance.verifier, method="shapley", shapley_permutations=16
+    )
+    assert result.shapley.method == "antithetic permutations"
+    assert abs(result.shapley.efficiency_gap) < 1e-9
+
+
+def test_observation_only_steps_are_flagged_never_scored():
+    def agent(ctx):
+        a = ctx.llm("think", produce=lambda: "bad" if ctx.rng.random() < 0.5 else "good")
+        b = ctx.tool("log", produce=lambda: "logged", resamplable=False)
+        return [a, b]
+
+    traj = next(
+        t
+        for s in range(20)
+        if (t := record(agent, seed=s, verifier=lambda r: r[0] == "good")).outcome.failed
+    )
+    result = attribute(traj, agent, lambda r: r[0] == "good")
+    assert result.steps[1].observation_only and result.steps[1].effect is None
+    assert result.culprit_index == 0
+
+
+def test_aggregate_finds_the_systematic_step():
+    runs = [
+        t
+        for s in range(60)
+        if (t := record(support_agent, DEMO_TASK, seed=s, verifier=refund_approved)).outcome.failed
+    ][:4]
+    aggregate = aggregate_runs(runs, support_agent, refund_approved)
+    assert aggregate.systematic_culprit == "llm:choose_policy"
+    assert aggregate.steps[0].culprit_count == len(runs)
+    assert "Systematic weak step: llm:choose_policy" in aggregate.to_text()
+
+
+def test_json_report_round_trip(demo_run, tmp_path):
+    result = attribute(demo_run, support_agent, refund_approved, repair=True)
+    path = tmp_path / "report.json"
+    result.to_json(path)
+    import json
+
+    data = json.loads(path.read_text())
+    assert data["culprit_index"] == 2 and data["repair"]["valid"]
+    assert data["schema_version"]
+    assert dataclasses.is_dataclass(result)
