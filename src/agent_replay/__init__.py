@@ -1,5 +1,6 @@
 """agent-replay: which step made your agent fail, why, and what fix would have saved it."""
 
+from . import instrument
 from ._version import __version__
 from .capture.context import AgentContext, AsyncAgentContext
 from .capture.recorder import arecord, record
@@ -60,6 +61,7 @@ __all__ = [
     "areplay",
     "diff",
     "fork",
+    "instrument",
     "record",
     "replay",
     "replayable_agent",
