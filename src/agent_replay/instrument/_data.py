@@ -35,40 +35,38 @@ _OPAQUE = (bytes, bytearray, _dt.datetime, _dt.date, _dt.time, decimal.Decimal, 
 
 
 def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") -> Any:
-    """``value`` as storable data: pydantic models become envelopes, the rest is checked.
+    """A snapshot of ``value`` as storable data: pydantic models become envelopes.
 
-    ``inputs=True`` also stores enum members as their value (arguments are compared, never
-    handed back as such). Returns the same object when nothing needs changing. Raises
+    Containers are always copied: agents keep appending to the message list they passed, and
+    a step must keep what the call saw. ``inputs=True`` also stores enum members as their
+    value (arguments are compared, never handed back as such). Raises
     :class:`CanonicalEncodingError` naming ``where`` and the path for anything else.
     """
     t = type(value)
     if t in _SCALARS:
         return value
     if t is dict:
-        out = None
-        for key, item in value.items():
-            new = to_data(item, where=where, inputs=inputs, path=f"{path}.{key}")
-            if new is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = new
-        result = value if out is None else out
+        result = {
+            key: to_data(item, where=where, inputs=inputs, path=f"{path}.{key}")
+            for key, item in value.items()
+        }
         if ENVELOPE in result:  # a user dict that looks like ours: keep it apart
             return {ENVELOPE: "dict", "data": result}
         return result
-    if t is list or t is tuple:
-        out_list = None
-        for i, item in enumerate(value):
-            new = to_data(item, where=where, inputs=inputs, path=f"{path}[{i}]")
-            if new is not item and out_list is None:
-                out_list = list(value[:i])
-            if out_list is not None:
-                out_list.append(new)
-        if out_list is None:
-            return value
-        return out_list if t is list else tuple(out_list)
-    if isinstance(value, _OPAQUE) or t is set or t is frozenset:
-        return value  # canonical encodes these itself
+    if t is list:
+        return [
+            to_data(item, where=where, inputs=inputs, path=f"{path}[{i}]")
+            for i, item in enumerate(value)
+        ]
+    if t is tuple:
+        return tuple(
+            to_data(item, where=where, inputs=inputs, path=f"{path}[{i}]")
+            for i, item in enumerate(value)
+        )
+    if t is set:
+        return set(value)  # members are hashable, so immutable enough; canonical checks them
+    if isinstance(value, _OPAQUE) or t is frozenset:
+        return bytes(value) if t is bytearray else value  # canonical encodes these itself
     if isinstance(value, enum.Enum):
         if inputs:
             return to_data(value.value, where=where, inputs=inputs, path=path)
@@ -91,6 +89,8 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
         }
     if isinstance(value, dict):  # dict subclasses (OrderedDict, ...): store as a plain dict
         return to_data(dict(value), where=where, inputs=inputs, path=path)
+    if isinstance(value, list):
+        return to_data(list(value), where=where, inputs=inputs, path=path)
     hint = ""
     if hasattr(value, "__dataclass_fields__"):
         hint = " (a dataclass: return dataclasses.asdict(value), or make it a pydantic model)"
@@ -221,11 +221,16 @@ def rebuild_model(path: str, data: Any) -> Any:
 
 
 def validate(cls: type, data: Any, label: str) -> Any:
+    """``cls`` built from ``data``: validated, else through the SDK's own lenient constructor.
+
+    The OpenAI and Anthropic SDKs build responses without validation (their ``construct``),
+    so a received object may hold values its annotations reject (a ``None`` where an ``int``
+    is declared); rebuilding it the same way keeps it as it was received.
+    """
     try:
         return cls.model_validate(data)  # type: ignore[attr-defined]
     except Exception as exc:
-        # the SDKs' own lenient constructor (openai, anthropic): what they use on responses
-        if _sdk_construct(cls) is not None and isinstance(data, dict):
+        if _lenient_construct(cls) and isinstance(data, dict):
             try:
                 return cls.construct(**data)  # type: ignore[attr-defined]
             except Exception:
@@ -233,11 +238,16 @@ def validate(cls: type, data: Any, label: str) -> Any:
         raise RebuildError(f"recorded data does not rebuild as {label}: {exc}") from exc
 
 
-def _sdk_construct(cls: type) -> Any:
-    for klass in cls.__mro__:
-        if klass.__module__.endswith("._models") and "construct" in klass.__dict__:
-            return klass.__dict__["construct"]
-    return None
+def _lenient_construct(cls: type) -> bool:
+    construct = getattr(cls, "construct", None)
+    base = _pydantic_construct()
+    return construct is not None and getattr(construct, "__func__", None) is not base
+
+
+def _pydantic_construct() -> Any:
+    import pydantic
+
+    return pydantic.BaseModel.construct.__func__  # type: ignore[attr-defined]
 
 
 def dig(data: Any, paths: Iterable[str]) -> Any:

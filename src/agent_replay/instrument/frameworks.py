@@ -117,18 +117,22 @@ def install(*frameworks: str) -> Installation:
     Returns an :class:`Installation` (undo it, or use it as a context manager); its ``notes``
     say what was skipped and why. Raises ``ValueError`` for an unknown framework name.
     """
+    return _install(frameworks, stacklevel=3)
+
+
+def _install(frameworks: tuple[str, ...], *, stacklevel: int) -> Installation:
     recipes = [_recipe(name) for name in frameworks] if frameworks else list(RECIPES)
     done = Installation()
     try:
         for recipe in recipes:
-            _install_recipe(recipe, done)
+            _install_recipe(recipe, done, stacklevel + 1)
     except BaseException:
         done.undo()
         raise
     return done
 
 
-def _install_recipe(recipe: Recipe, done: Installation) -> None:
+def _install_recipe(recipe: Recipe, done: Installation, stacklevel: int) -> None:
     if not _present(recipe):
         note = f"{recipe.framework}: module {recipe.module!r} is not installed; skipped"
         done.notes.append(note)
@@ -143,7 +147,7 @@ def _install_recipe(recipe: Recipe, done: Installation) -> None:
             "intercept it anyway"
         )
         done.notes.append(note)
-        warnings.warn(note, RecipeVersionWarning, stacklevel=4)
+        warnings.warn(note, RecipeVersionWarning, stacklevel=stacklevel)
         return
     for target in recipe.targets:
         try:
@@ -166,9 +170,10 @@ def _install_recipe(recipe: Recipe, done: Installation) -> None:
         except PatchTargetError as exc:
             note = f"{recipe.framework} {version}: {exc}; target skipped"
             done.notes.append(note)
-            warnings.warn(note, RecipeVersionWarning, stacklevel=4)
+            warnings.warn(note, RecipeVersionWarning, stacklevel=stacklevel)
             continue
-        if handle._interceptor.is_async != target.is_async:
+        interceptor = handle._interceptor
+        if (interceptor.is_async or interceptor.is_async_gen) != target.is_async:
             handle.undo()
             shape = "async" if target.is_async else "sync"
             note = (
@@ -176,7 +181,7 @@ def _install_recipe(recipe: Recipe, done: Installation) -> None:
                 "expects; target skipped"
             )
             done.notes.append(note)
-            warnings.warn(note, RecipeVersionWarning, stacklevel=4)
+            warnings.warn(note, RecipeVersionWarning, stacklevel=stacklevel)
             continue
         done.patches.append(handle)
     done.frameworks.append(recipe.framework)
@@ -188,7 +193,7 @@ def installed(*frameworks: str) -> Iterator[Installation]:
 
     Not meant to be entered from several threads at once: patches are process-wide.
     """
-    done = install(*frameworks)
+    done = _install(frameworks, stacklevel=4)  # warnings point at the `with` line
     try:
         yield done
     finally:
