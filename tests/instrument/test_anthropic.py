@@ -65,14 +65,10 @@ def test_streams_sync_async_and_the_stream_helper(make_api):
             astream = await aclient.messages.create(
                 model="claude-test", max_tokens=50, messages=[], stream=True
             )
-            return "".join(
-                [e.delta.text async for e in astream if e.type == "content_block_delta"]
-            )
+            return "".join([e.delta.text async for e in astream if e.type == "content_block_delta"])
 
         async_text = asyncio.run(async_part())
-        with client.messages.stream(
-            model="claude-test", max_tokens=50, messages=[]
-        ) as helper:
+        with client.messages.stream(model="claude-test", max_tokens=50, messages=[]) as helper:
             helper_text = "".join(helper.text_stream)
             final = helper.get_final_message()
         seen.append(

@@ -106,8 +106,11 @@ def test_streaming_and_async_langchain_calls():
         assert traj.steps[0].action["__agent_replay__"] == "iterator"
         held = replay_agent(agent, traj)
     assert held.result == traj.outcome.result
-    assert held.result == ["alpha beta gamma", "alpha beta gamma", "ALPHA BETA GAMMA"] + [
-        "alpha beta gamma"
+    assert held.result == [
+        "alpha beta gamma",
+        "alpha beta gamma",
+        "ALPHA BETA GAMMA",
+        "alpha beta gamma",
     ]
     assert held.live_steps == 0
     assert seen[-1] == {AIMessageChunk}
@@ -117,7 +120,7 @@ class NamedModel(BaseChatModel):
     """A real LangChain chat model that answers with its own model name."""
 
     model_name: str = "small-model"
-    calls: list = []
+    calls: list[str]
 
     @property
     def _llm_type(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import openai
@@ -123,7 +124,8 @@ def test_outside_a_run_the_client_is_untouched(make_api):
     assert isinstance(out, ChatCompletion)
     assert api.count == 1
     # undone on exit: the class attribute is the SDK's own function again
-    assert not hasattr(openai.resources.chat.completions.Completions.create, "__agent_replay_patch__")
+    create = openai.resources.chat.completions.Completions.create
+    assert not hasattr(create, "__agent_replay_patch__")
 
 
 def stream_agent(client, seen):
@@ -259,10 +261,9 @@ def test_a_response_that_cannot_be_stored_fails_the_recording_naming_the_step(ma
     client = api.openai()
 
     def agent():
-        try:  # a raw HTTP response is not data; the agent even swallows the error
+        # a raw HTTP response is not data; the agent even swallows the error
+        with contextlib.suppress(Exception):
             client.chat.completions.with_raw_response.create(model="m", messages=[])
-        except Exception:
-            pass
         return "done"
 
     with instrument.installed("openai"), pytest.raises(CanonicalEncodingError) as info:

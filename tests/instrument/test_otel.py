@@ -131,10 +131,8 @@ def test_one_step_per_call_whichever_is_installed_first(
         assert all(s.attributes.get(INTERCEPTED_ATTRIBUTE) is True for s in sdk_spans)
 
 
-def test_an_undone_patch_under_a_later_instrumentation_becomes_a_pass_through(
-    telemetry, make_api
-):
-    provider, exporter, processor = telemetry
+def test_an_undone_patch_under_a_later_instrumentation_becomes_a_pass_through(telemetry, make_api):
+    provider, exporter, _processor = telemetry
     api = make_api()
     instrumentor, scope = genai_openai()
     installation = instrument.install("openai")
