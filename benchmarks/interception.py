@@ -2,8 +2,10 @@
 
 One agent makes CALLS ``client.chat.completions.create`` calls with the real ``openai`` client
 over an ``httpx2.MockTransport`` (a canned JSON response: no network, so the SDK's own work is
-all that is measured). Variants, each timed per call, interleaved and repeated, medians
-printed with the ratio to the bare call:
+all that is measured). Variants, each timed per call, interleaved and repeated; printed: the
+median per call, its ratio to the bare call, and the overhead as the median of per-repeat
+differences to the bare run of the same repeat (paired, so slow drift of a shared machine
+cancels out):
 
 * bare             - the SDK as installed, no patch
 * patched, no run  - ``instrument.installed("openai")``, called outside any run (pass-through)
@@ -26,7 +28,7 @@ from agent_replay import ReplayPlan, instrument
 from agent_replay.instrument import record_agent, replay_agent
 
 CALLS = 20
-REPEATS = 15
+REPEATS = 25
 RESPONSE = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
@@ -99,10 +101,11 @@ def main() -> None:
             samples["replay, held"].append(per_call_us(lambda: replay_agent(agent, trajectory)))
     bare = statistics.median(samples["bare"])
     print(f"openai {openai.__version__}, {CALLS} calls per run, median of {REPEATS} runs")
-    print(f"{'variant':<18}{'us/call':>10}{'vs bare':>10}{'overhead us':>14}")
+    print(f"{'variant':<18}{'us/call':>10}{'vs bare':>10}{'paired overhead us':>20}")
     for name, values in samples.items():
         median = statistics.median(values)
-        print(f"{name:<18}{median:>10.1f}{median / bare:>9.2f}x{median - bare:>14.1f}")
+        paired = statistics.median(v - b for v, b in zip(values, samples["bare"], strict=True))
+        print(f"{name:<18}{median:>10.1f}{median / bare:>9.2f}x{paired:>20.1f}")
 
 
 if __name__ == "__main__":

@@ -255,3 +255,13 @@ def test_core_replay_with_pass_context_false_and_ctx_agents_together():
     traj2 = record(agent, {"topic": "owls"}, pass_context=False)
     result = replay(agent, traj2, ReplayPlan.ablate_from(2), pass_context=False)
     assert result.live_steps == 1 and result.held_unresamplable == (3,)
+
+
+def test_record_agent_saves_to_a_store_when_given(db_path):
+    from agent_replay import CheckpointStore
+
+    traj = record_agent(agent, {"topic": "bats"}, session_id="bats", store=db_path)
+    with CheckpointStore(db_path) as store:
+        loaded = store.load("bats")
+    assert loaded.head_hash == traj.head_hash
+    assert replay_agent(agent, loaded).result == traj.outcome.result

@@ -144,3 +144,23 @@ def test_an_undone_patch_under_a_later_instrumentation_becomes_a_pass_through(te
         assert len(_sdk_spans(exporter, scope)) == 2  # their wrapper still works
     finally:
         instrumentor.uninstrument()
+
+
+def test_the_exporter_form_skips_marked_spans_too(db_path):
+    from agent_replay.capture.processor import TrajectorySpanExporter
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("opentelemetry.instrumentation.genai.openai")
+    with tracer.start_as_current_span("chat a", attributes={"gen_ai.operation.name": "chat"}):
+        pass
+    with tracer.start_as_current_span(
+        "chat b", attributes={"gen_ai.operation.name": "chat", INTERCEPTED_ATTRIBUTE: True}
+    ):
+        pass
+    exporter = TrajectorySpanExporter(db_path)
+    exporter.export(memory.get_finished_spans())
+    assert exporter._sink.spans_seen == 1
+    exporter.shutdown()
+    provider.shutdown()
