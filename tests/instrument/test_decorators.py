@@ -265,3 +265,14 @@ def test_record_agent_saves_to_a_store_when_given(db_path):
         loaded = store.load("bats")
     assert loaded.head_hash == traj.head_hash
     assert replay_agent(agent, loaded).result == traj.outcome.result
+
+
+def test_sync_calls_inside_an_async_agent_are_steps():
+    async def async_agent(topic):
+        await asyncio.sleep(0)
+        return search(topic, limit=1)  # a sync instrumented call under an async run
+
+    traj = record_agent(async_agent, {"topic": "eels"})
+    assert [s.label for s in traj.steps] == ["tool:search"]
+    CALLS.clear()
+    assert replay_agent(async_agent, traj).result == ["eels-0"] and CALLS == []
