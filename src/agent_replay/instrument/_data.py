@@ -162,8 +162,8 @@ def from_data(value: Any) -> Any:
         if kind is not None:
             if kind == "pydantic":
                 return rebuild_model(value["type"], value["data"])
-            if kind == "dict":
-                return from_data(value["data"])
+            if kind == "dict":  # a user dict holding our key: its values only are data
+                return {key: from_data(item) for key, item in value["data"].items()}
             if kind in ("stream", "iterator"):
                 return [from_data(item) for item in value["items"]]
             raise RebuildError(f"unknown envelope {kind!r} in recorded data")
