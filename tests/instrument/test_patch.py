@@ -186,3 +186,25 @@ def test_undo_under_a_later_wrapper_keeps_that_wrapper_and_passes_through():
         assert Service.__dict__["run"].__wrapped__.__wrapped__ is original  # wrapt, ours, SDK
     finally:
         Service.run = original
+
+
+def test_swap_model_reaches_llm_patches_only(target_module):
+    def llm_call(model):
+        return model
+
+    def tool_call(model):
+        return model
+
+    target_module.llm_call, target_module.tool_call = llm_call, tool_call
+
+    def agent():  # module attributes are looked up at call time, as SDK code does
+        return [target_module.llm_call(model="m1"), target_module.tool_call(model="m1")]
+
+    with (
+        instrument.patch("ar_patch_targets.llm_call"),
+        instrument.patch("ar_patch_targets.tool_call", kind="tool"),
+    ):
+        traj = record_agent(agent)
+        swapped = replay_agent(agent, traj, ReplayPlan.ablate_from(0).swap_model("m2"))
+    assert traj.outcome.result == ["m1", "m1"]
+    assert swapped.result == ["m2", "m1"]  # a tool's own `model` parameter is left alone

@@ -24,6 +24,7 @@ from ._intercept import Interceptor, StepSpec
 __all__ = ["Patch", "patch", "resolve_target"]
 
 _KINDS = {"llm": StepKind.LLM, "tool": StepKind.TOOL, "memory": StepKind.MEMORY}
+_AUTO = object()  # model_arg not given: "model" for llm targets, none for the others
 _LOCK = threading.Lock()
 
 
@@ -230,7 +231,7 @@ def patch(
     *,
     resamplable: bool | None = None,
     exclude: tuple[str, ...] = (),
-    model_arg: str | None = "model",
+    model_arg: str | object | None = _AUTO,
     model_attrs: tuple[str, ...] = (),
     stream_arg: str | None = None,
     iterator: bool = False,
@@ -246,21 +247,26 @@ def patch(
     ``kind`` is ``"llm"``, ``"tool"`` or ``"memory"``; ``name`` defaults to ``target`` and may
     be a template over the call's arguments (``"{self.name}"``). ``side_effects=True`` marks a
     call that must never run live during a replay. The other options are those of the recipe
-    registry (:mod:`agent_replay.instrument.recipes`). Returns a :class:`Patch` (undo it, or use
-    it as a context manager). Raises :class:`PatchTargetError` naming the target when it does
-    not exist or is not callable, ``ValueError`` for an unknown ``kind``.
+    registry (:mod:`agent_replay.instrument.recipes`); ``model_arg`` (the argument a swap-model
+    plan replaces) defaults to ``"model"`` for ``kind="llm"`` and to none otherwise. Returns a
+    :class:`Patch` (undo it, or use it as a context manager). Raises
+    :class:`PatchTargetError` naming the target when it does not exist or is not callable,
+    ``ValueError`` for an unknown ``kind``. Patching is process-wide; do not patch or undo the
+    same target from several threads at once.
     """
     step_kind = _KINDS.get(kind)
     if step_kind is None:
         raise ValueError(f"kind must be one of {sorted(_KINDS)}, not {kind!r}")
     owner, attr, raw = resolve_target(target)
+    if model_arg is _AUTO:
+        model_arg = "model" if step_kind is StepKind.LLM else None
     spec = StepSpec(
         kind=step_kind,
         name=name or target,
         side_effects=side_effects,
         resamplable=resamplable,
         exclude=frozenset(exclude),
-        model_arg=model_arg,
+        model_arg=model_arg,  # type: ignore[arg-type]
         model_attrs=tuple(model_attrs),
         stream_arg=stream_arg,
         iterator=iterator,
