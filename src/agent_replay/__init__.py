@@ -1,5 +1,6 @@
 """agent-replay: which step made your agent fail, why, and what fix would have saved it."""
 
+from . import instrument
 from ._version import __version__
 from .attribution import (
     AttributionResult,
@@ -84,6 +85,7 @@ __all__ = [
     "faithfulness",
     "find_minimal_repair",
     "fork",
+    "instrument",
     "record",
     "replay",
     "replayable_agent",

@@ -123,3 +123,18 @@ class ImportFormatError(AgentReplayError, ValueError):
         self.position = position
         at = f" (at {position})" if position else ""
         super().__init__(f"{source}: {message}{at}")
+
+
+class PatchTargetError(AgentReplayError, ValueError):
+    """``instrument.patch`` was given a target that does not exist or is not callable.
+
+    ``target`` is the dotted path as given.
+    """
+
+    def __init__(self, message: str, *, target: str) -> None:
+        self.target = target
+        super().__init__(message)
+
+
+class RebuildError(AgentReplayError):
+    """A recorded response cannot be turned back into the SDK's own type during replay."""

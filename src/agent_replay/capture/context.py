@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import random
+import threading
 import time
 import uuid as _uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +53,10 @@ __all__ = [
 
 SCOPE_NAME = "agent_replay"
 """Instrumentation scope of the spans the ctx API emits (the span processor skips them)."""
+
+INTERCEPTED_ATTRIBUTE = "agent_replay.intercepted"
+"""Set on another instrumentation's span that wraps an intercepted call from outside (see
+:mod:`agent_replay.instrument`): the call is stored as a step, so the span processor skips it."""
 
 
 class _ActiveStep:
@@ -157,7 +162,9 @@ class Driver(Protocol):
 class AgentContext:
     """The handle a synchronous agent receives as its first argument.
 
-    Not thread-safe across concurrent steps of one run; use one context per run.
+    Steps may begin from several threads (positions are taken under a lock), but concurrent
+    steps are numbered in the order they start, so a replay binds them deterministically only
+    when they start in a deterministic order. Use one context per run.
     """
 
     def __init__(
@@ -179,6 +186,8 @@ class AgentContext:
             content_capture_enabled() if capture_content is None else capture_content
         )
         self.position = 0  # steps begun so far: the current body segment
+        # agents that start steps from worker threads must never get two steps one position
+        self._position_lock = threading.Lock()
         self._body: dict[int, random.Random] = {}
         self.rng: random.Random = ContextRandom(self._current_rng)
 
@@ -334,8 +343,9 @@ class AgentContext:
         )
 
     def _begin(self, call: StepCall) -> Decision:
-        position = self.position
-        self.position = position + 1
+        with self._position_lock:
+            position = self.position
+            self.position = position + 1
         return self._driver.begin(self, call, position)
 
     def _step(self, call: StepCall) -> Any:

@@ -6,9 +6,11 @@ batches, as the SDK's ``BatchSpanProcessor`` does for exporters. A full queue dr
 and counts it (``stats()["dropped"]``); nothing blocks the application and nothing raises into
 it: worker errors are logged and counted.
 
-Spans the ctx API emits (scope ``agent_replay``) and every span started while a native step's
-policy is running are skipped: native runs are stored by :class:`~agent_replay.Session`
-directly, with full content, and must not be stored twice.
+Spans the ctx API emits (scope ``agent_replay``), every span started while a native step's
+policy is running, and a span another instrumentation wrapped around an intercepted call
+(marked ``agent_replay.intercepted``, see :mod:`agent_replay.instrument`) are skipped: native
+and intercepted runs are stored by :class:`~agent_replay.Session` directly, with full content,
+and must not be stored twice.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ..mapping.spans import from_readable_span
 from ..store import CheckpointStore
 from ..store.sink import SpanSink
-from .context import SCOPE_NAME, inside_step
+from .context import INTERCEPTED_ATTRIBUTE, SCOPE_NAME, inside_step
 
 __all__ = ["TrajectorySpanExporter", "TrajectorySpanProcessor", "attach"]
 
@@ -89,6 +91,8 @@ class TrajectorySpanProcessor(SpanProcessor):
                 return
             if self._skip and ctx.span_id in self._skip:
                 self._skip.discard(ctx.span_id)
+                return
+            if _intercepted(span):
                 return
             if len(self._queue) >= self._max_queue:
                 self.dropped += 1
@@ -160,6 +164,11 @@ class TrajectorySpanProcessor(SpanProcessor):
         }
 
 
+def _intercepted(span: ReadableSpan) -> bool:
+    attributes = span.attributes
+    return bool(attributes) and attributes.get(INTERCEPTED_ATTRIBUTE) is True
+
+
 _LIVE: weakref.WeakSet[TrajectorySpanProcessor] = weakref.WeakSet()
 
 
@@ -209,7 +218,8 @@ class TrajectorySpanExporter(SpanExporter):
             batch = [
                 from_readable_span(s)
                 for s in spans
-                if s.instrumentation_scope is None or s.instrumentation_scope.name != SCOPE_NAME
+                if (s.instrumentation_scope is None or s.instrumentation_scope.name != SCOPE_NAME)
+                and not _intercepted(s)
             ]
             with self._lock:
                 self._sink.add(batch)

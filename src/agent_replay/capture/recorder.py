@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -78,6 +79,7 @@ class Recorder:
         self.effects: list[tuple[int, str, Any]] = []
         self.encoding_error: CanonicalEncodingError | None = None
         self._pending: dict[int, StepDraft] = {}
+        self._seal_lock = threading.Lock()  # steps may finish on several threads at once
 
     def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
         return Decision(
@@ -91,16 +93,18 @@ class Recorder:
     def commit(
         self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
     ) -> None:
-        self._pending[decision.position] = step_draft(call, call.inputs, result)
-        while len(self.steps) in self._pending:
-            draft = self._pending.pop(len(self.steps))
-            prev = self.steps[-1].step_hash if self.steps else GENESIS_HASH
-            try:
-                self.steps.append(Step.seal(draft, len(self.steps), prev))
-            except CanonicalEncodingError as exc:
-                if self.encoding_error is None:
-                    self.encoding_error = exc
-                raise
+        draft = step_draft(call, call.inputs, result)
+        with self._seal_lock:
+            self._pending[decision.position] = draft
+            while len(self.steps) in self._pending:
+                draft = self._pending.pop(len(self.steps))
+                prev = self.steps[-1].step_hash if self.steps else GENESIS_HASH
+                try:
+                    self.steps.append(Step.seal(draft, len(self.steps), prev))
+                except CanonicalEncodingError as exc:
+                    if self.encoding_error is None:
+                        self.encoding_error = exc
+                    raise
 
     def body_seed(self, segment: int) -> int:
         return stream_seed(self._body_base, segment)

@@ -1,0 +1,109 @@
+"""The real anthropic client (httpx2 transport mocked): messages, streams, the stream helper."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anthropic
+from anthropic.types import Message, RawMessageStreamEvent
+
+from agent_replay import ReplayPlan, instrument
+from agent_replay.instrument import record_agent, replay_agent
+
+
+def test_messages_are_held_as_real_messages_and_redrawn_live(make_api):
+    api = make_api(lambda body, n: f"claude says {n}")
+    client = api.anthropic()
+    seen = []
+
+    def agent(question):
+        first = client.messages.create(
+            model="claude-test",
+            max_tokens=100,
+            messages=[{"role": "user", "content": question}],
+        )
+        second = client.messages.create(
+            model="claude-test",
+            max_tokens=100,
+            messages=[
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": first.content},  # pydantic blocks passed back
+                {"role": "user", "content": "and?"},
+            ],
+        )
+        seen.append((type(first), type(second)))
+        return [first.content[0].text, second.content[0].text]
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent, {"question": "hi"})
+        assert api.count == 2
+        assert [s.name for s in traj.steps] == ["anthropic.messages.create"] * 2
+        assert traj.steps[0].attributes["input_tokens"] == 12
+        held = replay_agent(agent, traj)
+        assert api.count == 2
+        assert held.result == traj.outcome.result == ["claude says 1", "claude says 2"]
+        assert seen[-1] == (Message, Message)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1).swap_model("claude-x", 1))
+    assert api.count == 3
+    assert api.requests[-1][1]["model"] == "claude-x"
+    assert redrawn.result == ["claude says 1", "claude says 3"]
+
+
+def test_streams_sync_async_and_the_stream_helper(make_api):
+    api = make_api(lambda body, n: f"streamed reply number {n}")
+    client, aclient = api.anthropic(), api.async_anthropic()
+    seen = []
+
+    def agent():
+        with client.messages.create(
+            model="claude-test", max_tokens=50, messages=[], stream=True
+        ) as stream:
+            events = list(stream)
+        text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+
+        async def async_part():
+            astream = await aclient.messages.create(
+                model="claude-test", max_tokens=50, messages=[], stream=True
+            )
+            return "".join([e.delta.text async for e in astream if e.type == "content_block_delta"])
+
+        async_text = asyncio.run(async_part())
+        with client.messages.stream(model="claude-test", max_tokens=50, messages=[]) as helper:
+            helper_text = "".join(helper.text_stream)
+            final = helper.get_final_message()
+        seen.append(
+            (
+                isinstance(stream, anthropic.Stream),
+                all(isinstance(e, RawMessageStreamEvent.__args__) for e in events),  # type: ignore[attr-defined]
+                type(final),
+            )
+        )
+        return [text, async_text, helper_text, final.content[0].text, final.stop_reason]
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        assert api.count == 3
+        assert traj.outcome.result == [
+            "streamed reply number 1",
+            "streamed reply number 2",
+            "streamed reply number 3",
+            "streamed reply number 3",
+            "end_turn",
+        ]
+        assert [s.name for s in traj.steps] == [
+            "anthropic.messages.create",
+            "anthropic.messages.create",
+            "anthropic.messages.stream",
+        ]
+        assert traj.steps[0].attributes == {
+            "model": "claude-test",
+            "input_tokens": 12,
+            "output_tokens": 7,
+        }
+        held = replay_agent(agent, traj)
+        assert api.count == 3
+        assert held.result == traj.outcome.result
+        assert seen[-1][:2] == (True, True) and issubclass(seen[-1][2], Message)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(2))
+    assert api.count == 4
+    assert redrawn.result[2] == "streamed reply number 4"

@@ -1,0 +1,325 @@
+"""The real openai client, intercepted: record -> replay (held: no HTTP) -> re-draw (one each)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response
+
+from agent_replay import CanonicalEncodingError, ReplayPlan, instrument
+from agent_replay.errors import RecordedStepError
+from agent_replay.instrument import record_agent, replay_agent
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def weather_reply(body, n):
+    if body["messages"][-1]["role"] == "user":
+        return {"tool_call": ("get_weather", {"city": "Paris"})}
+    return f"It is rainy in Paris (answer {n})."
+
+
+def tool_agent(client, seen=None):
+    """Unmodified OpenAI SDK code: the assistant message object goes back into the history."""
+    seen = [] if seen is None else seen
+
+    def agent(question):
+        messages = [{"role": "user", "content": question}]
+        first = client.chat.completions.create(
+            model="gpt-4o-mini", messages=messages, tools=TOOLS, temperature=0.2
+        )
+        call = first.choices[0].message.tool_calls[0]
+        city = json.loads(call.function.arguments)["city"]
+        messages += [
+            first.choices[0].message,  # a pydantic object, as real agents pass it
+            {"role": "tool", "tool_call_id": call.id, "content": f"rainy in {city}"},
+        ]
+        final = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
+        seen.append([type(first), type(final)])
+        return {"answer": final.choices[0].message.content}
+
+    return agent
+
+
+def test_held_calls_return_real_chat_completions_without_any_request(make_api):
+    api = make_api(weather_reply)
+    seen = []
+    agent = tool_agent(api.openai(), seen)
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "Weather in Paris?"})
+        assert api.count == 2
+        assert [s.label for s in traj.steps] == ["llm:openai.chat.completions.create"] * 2
+        assert traj.steps[0].inputs["temperature"] == 0.2
+        assert traj.steps[0].attributes["model"] == "gpt-4o-mini"
+        assert traj.steps[0].attributes["input_tokens"] == 10
+        for _ in range(3):
+            result = replay_agent(agent, traj)
+            assert api.count == 2  # held: the transport saw nothing
+            assert not result.diverged
+            assert result.live_steps == 0
+            assert result.result["answer"] == traj.outcome.result["answer"]
+            assert seen[-1] == [ChatCompletion, ChatCompletion]
+            assert result.trajectory().head_hash == traj.head_hash
+
+
+def test_redrawn_calls_make_exactly_one_request_each(make_api):
+    api = make_api(weather_reply)
+    seen = []
+    agent = tool_agent(api.openai(), seen)
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "Weather in Paris?"})
+        for start, expected in ((1, 1), (0, 2)):
+            before = api.count
+            result = replay_agent(agent, traj, ReplayPlan.ablate_from(start), seed=start)
+            assert api.count - before == expected
+            assert result.live_steps == expected
+            assert result.served_steps == 2 - expected
+            assert seen[-1] == [ChatCompletion, ChatCompletion]
+        assert result.result["answer"] != traj.outcome.result["answer"]  # drawn again: answer 4
+
+
+def test_swap_model_reaches_the_redrawn_request_only(make_api):
+    api = make_api(weather_reply)
+    agent = tool_agent(api.openai())
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "Weather in Paris?"})
+        plan = ReplayPlan.ablate_from(1).swap_model("gpt-4.1", 1)
+        result = replay_agent(agent, traj, plan)
+    assert [body["model"] for _, body in api.requests] == ["gpt-4o-mini"] * 2 + ["gpt-4.1"]
+    assert result.drafts[1].attributes["model"] == "gpt-4.1"
+    assert result.drafts[0].attributes["model"] == "gpt-4o-mini"
+
+
+def test_edited_inputs_reach_the_request(make_api):
+    api = make_api(weather_reply)
+    agent = tool_agent(api.openai())
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "Weather in Paris?"})
+        edited = [{"role": "user", "content": "Weather in Lyon?"}]
+        replay_agent(agent, traj, ReplayPlan.ablate_from(1).edit(0, {"messages": edited}))
+    path, body = api.requests[2]
+    assert path.endswith("/chat/completions")
+    assert body["messages"] == edited
+    assert body["temperature"] == 0.2 and body["tools"] == TOOLS  # the rest as called
+
+
+def test_outside_a_run_the_client_is_untouched(make_api):
+    api = make_api()
+    client = api.openai()
+    with instrument.installed("openai"):
+        out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert isinstance(out, ChatCompletion)
+    assert api.count == 1
+    # undone on exit: the class attribute is the SDK's own function again
+    create = openai.resources.chat.completions.Completions.create
+    assert not hasattr(create, "__agent_replay_patch__")
+
+
+def stream_agent(client, seen):
+    def agent():
+        with client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        ) as stream:
+            chunks = list(stream)
+        seen.append(({type(c) for c in chunks}, isinstance(stream, openai.Stream)))
+        return {"text": "".join(c.choices[0].delta.content or "" for c in chunks)}
+
+    return agent
+
+
+def test_streams_record_as_chunks_and_replay_as_streams(make_api):
+    api = make_api(lambda body, n: "Hello streaming world")
+    seen = []
+    agent = stream_agent(api.openai(), seen)
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result["text"] == "Hello streaming world"
+        stored = traj.steps[0].action
+        assert stored["__agent_replay__"] == "stream" and len(stored["items"]) == 8
+        result = replay_agent(agent, traj)
+        assert api.count == 1
+        assert result.result["text"] == "Hello streaming world"
+        assert seen[-1] == ({ChatCompletionChunk}, True)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(0))
+        assert api.count == 2 and redrawn.result["text"] == "Hello streaming world"
+
+
+def test_the_stream_helper_works_on_a_replayed_stream(make_api):
+    api = make_api(lambda body, n: "Helper text")
+    client = api.openai()
+
+    def agent():
+        with client.chat.completions.stream(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            deltas = [e.delta for e in stream if e.type == "content.delta"]
+            final = stream.get_final_completion()
+        return {"deltas": deltas, "final": final.choices[0].message.content}
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert api.count == 1
+    assert result.result == traj.outcome.result
+    assert result.result["final"] == "Helper text"
+
+
+def test_replay_stream_close_and_context_manager(make_api):
+    api = make_api(lambda body, n: "abcdefghi")
+    client = api.openai()
+
+    def agent():
+        stream = client.chat.completions.create(model="m", messages=[], stream=True)
+        first = next(stream)
+        stream.close()
+        return [first.choices[0].delta.content, list(stream), stream.response.is_closed]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert result.result == traj.outcome.result == ["abc", [], True]
+    assert api.count == 1
+
+
+def test_async_chat_and_async_streams(make_api):
+    api = make_api(lambda body, n: f"async answer {n}")
+    client = api.async_openai()
+    seen = []
+
+    async def agent():
+        one, two = await asyncio.gather(
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}]),
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}]),
+        )
+        stream = await client.chat.completions.create(model="m", messages=[], stream=True)
+        async with stream:
+            text = "".join([c.choices[0].delta.content or "" async for c in stream])
+        seen.append(({type(one), type(two)}, isinstance(stream, openai.AsyncStream)))
+        return {
+            "texts": [one.choices[0].message.content, two.choices[0].message.content],
+            "stream": text,
+        }
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert api.count == 3
+        result = replay_agent(agent, traj)
+        assert api.count == 3
+        assert result.result == traj.outcome.result
+        assert traj.outcome.result["texts"] == ["async answer 1", "async answer 2"]  # in order
+        assert seen[-1] == ({ChatCompletion}, True)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(2))
+        assert api.count == 4 and redrawn.live_steps == 1
+
+
+def test_responses_api_sync_async_and_streamed(make_api):
+    api = make_api(lambda body, n: f"response text {n}")
+    client, aclient = api.openai(), api.async_openai()
+    seen = []
+
+    def agent():
+        plain = client.responses.create(model="gpt-4.1", input="hello")
+        streamed = client.responses.create(model="gpt-4.1", input="hello", stream=True)
+        events = [e.type for e in streamed]
+
+        async def later():
+            return await aclient.responses.create(model="gpt-4.1", input="again")
+
+        awaited = asyncio.run(later())  # the run follows into asyncio.run (context copied)
+        seen.append([type(plain), type(awaited)])
+        return {"plain": plain.output_text, "events": events, "awaited": awaited.output_text}
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert api.count == 3
+        assert [s.name for s in traj.steps] == ["openai.responses.create"] * 3
+        assert traj.steps[0].attributes["input_tokens"] == 11
+        assert traj.steps[1].attributes["output_tokens"] == 6  # read from response.completed
+        result = replay_agent(agent, traj)
+    assert api.count == 3
+    assert result.result == traj.outcome.result
+    assert seen[-1] == [Response, Response]
+    assert result.result["events"][0] == "response.created"
+    assert result.result["events"][-1] == "response.completed"
+
+
+def test_a_response_that_cannot_be_stored_fails_the_recording_naming_the_step(make_api):
+    api = make_api()
+    client = api.openai()
+
+    def agent():
+        # a raw HTTP response is not data; the agent even swallows the error
+        with contextlib.suppress(Exception):
+            client.chat.completions.with_raw_response.create(model="m", messages=[])
+        return "done"
+
+    with instrument.installed("openai"), pytest.raises(CanonicalEncodingError) as info:
+        record_agent(agent)
+    message = str(info.value)
+    assert "step 0 (llm:openai.chat.completions.create) output" in message
+    assert "LegacyAPIResponse" in message and "cannot be stored as data" in message
+
+
+def test_arguments_that_cannot_be_stored_fail_before_the_request(make_api):
+    api = make_api()
+    client = api.openai()
+
+    class Opaque:
+        pass
+
+    def agent():
+        client.chat.completions.create(model="m", messages=[], metadata={"x": Opaque()})
+
+    with instrument.installed("openai"), pytest.raises(CanonicalEncodingError) as info:
+        record_agent(agent)
+    assert "step 0 (llm:openai.chat.completions.create) inputs" in str(info.value)
+    assert "$.metadata.x" in str(info.value)
+    assert api.count == 0
+
+
+def test_a_recorded_api_error_is_served_again_without_a_request(make_api):
+    import httpx2
+
+    api = make_api()
+    failing = openai.OpenAI(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(
+                lambda request: (
+                    api.requests.append(("x", {})),
+                    httpx2.Response(400, json={"error": {"message": "bad"}}),
+                )[1]
+            )
+        ),
+        max_retries=0,
+    )
+
+    def agent():
+        try:
+            failing.chat.completions.create(model="m", messages=[])
+        except (openai.BadRequestError, RecordedStepError) as exc:
+            return type(exc).__name__
+        return "no error"
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result == "BadRequestError"
+        assert traj.steps[0].error["type"] == "BadRequestError"
+        result = replay_agent(agent, traj)
+    assert api.count == 1
+    # documented limit: SDK exception classes come back as RecordedStepError
+    assert result.result == "RecordedStepError"
