@@ -144,10 +144,8 @@ def aggregate_runs(
     systematic = None
     if rows and rows[0].culprit_count:
         top = rows[0]
-        if (
-            all(top.culprit_share.low > other.culprit_share.high for other in rows[1:])
-            or (len([r for r in rows if r.culprit_count]) == 1
-            and top.culprit_count >= 2)
+        if all(top.culprit_share.low > other.culprit_share.high for other in rows[1:]) or (
+            len([r for r in rows if r.culprit_count]) == 1 and top.culprit_count >= 2
         ):
             systematic = top.label
     return AggregateResult(

@@ -337,6 +337,7 @@ def _step_effects(
                 observation_only=unscored,
                 side_effects=step.side_effects,
                 action=step.output,
+                e_value=segment.e_value if isolated and not unscored else None,
             )
         )
     return tuple(out)

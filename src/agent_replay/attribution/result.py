@@ -69,8 +69,8 @@ class StepEffect:
     ``effect`` is ``e_i`` when the step was isolated (``segment == (i, i + 1)``); otherwise it
     is ``None`` and ``segment_effect`` is the estimated total effect of the steps in
     ``segment``. ``p_value`` is the one-sided exact McNemar p-value for ``e_i > 0``
-    (adjusted for the adaptive looks); ``decisive`` says whether it survives the false
-    discovery control. ``observation_only`` steps have no policy that can act there; they are
+    (adjusted for the adaptive looks) and ``e_value`` the anytime-valid e-value for it;
+    ``decisive`` says whether it survives the false discovery control (e-BH). ``observation_only`` steps have no policy that can act there; they are
     never scored (their effect is ``None``, not zero).
     """
 
@@ -88,6 +88,7 @@ class StepEffect:
     observation_only: bool
     side_effects: bool
     action: Any = None
+    e_value: float | None = None
 
     @property
     def label(self) -> str:
@@ -118,6 +119,7 @@ class StepEffect:
             "observation_only": self.observation_only,
             "side_effects": self.side_effects,
             "action": _jsonable(self.action),
+            "e_value": self.e_value,
         }
 
 
