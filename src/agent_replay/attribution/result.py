@@ -70,7 +70,8 @@ class StepEffect:
     is ``None`` and ``segment_effect`` is the estimated total effect of the steps in
     ``segment``. ``p_value`` is the one-sided exact McNemar p-value for ``e_i > 0``
     (adjusted for the adaptive looks) and ``e_value`` the anytime-valid e-value for it;
-    ``decisive`` says whether it survives the false discovery control (e-BH). ``observation_only`` steps have no policy that can act there; they are
+    ``decisive`` says whether it survives the false discovery control (e-BH).
+    ``observation_only`` steps have no policy that can act there; they are
     never scored (their effect is ``None``, not zero).
     """
 
