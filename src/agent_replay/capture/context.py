@@ -112,7 +112,9 @@ class Decision:
     skips the step and hands the agent ``StepCall.default``. ``error`` re-raises a recorded
     failure instead of serving a value; ``exception`` is raised as is (a refused side
     effect). ``seed`` keys the step's random stream; ``inputs`` is what ``produce`` sees.
-    ``state`` is the driver's own bookkeeping for :meth:`Driver.commit`.
+    ``served`` marks a step served exactly as recorded (the context then skips timing and
+    tracing and commits with no result). ``state`` is the driver's own bookkeeping for
+    :meth:`Driver.commit`.
     """
 
     position: int
@@ -126,6 +128,7 @@ class Decision:
     removed: bool = False
     error: Mapping[str, Any] | None = None
     exception: BaseException | None = None
+    served: bool = False
     model_hint: str | None = None
     state: Any = None
 
@@ -151,7 +154,7 @@ class Driver(Protocol):
     def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision: ...
 
     def commit(
-        self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
+        self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult | None
     ) -> None: ...
 
     def body_seed(self, segment: int) -> int: ...
@@ -353,6 +356,10 @@ class AgentContext:
         decision = self._begin(call)
         if decision.removed:
             return call.default
+        if decision.served and self._tracer is None:
+            # replayed exactly as recorded: nothing runs, nothing new to time or trace
+            self._driver.commit(self, call, decision, None)
+            return decision.observation if decision.observed else decision.action
         span = span_token = None
         if self._tracer is not None:
             span, span_token = self._start_span(call, decision)
@@ -555,6 +562,9 @@ class AsyncAgentContext(AgentContext):
         decision = self._begin(call)
         if decision.removed:
             return call.default
+        if decision.served and self._tracer is None:
+            self._driver.commit(self, call, decision, None)
+            return decision.observation if decision.observed else decision.action
         span, span_token = self._start_span(call, decision)
         active = _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
         started = time.time_ns()

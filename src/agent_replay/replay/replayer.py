@@ -333,6 +333,7 @@ class Replayer:
             action=action,
             observed=recorded.observed,
             observation=observation,
+            served=exact,
             state=("served", recorded, exact),
         )
 
