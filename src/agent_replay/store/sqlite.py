@@ -151,6 +151,7 @@ class CheckpointStore:
         self._pid = os.getpid()
         self._closed = False
         self._init_schema()
+        self._identity = _file_identity(self.path)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -343,6 +344,14 @@ class CheckpointStore:
     ) -> None:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
+        # An open connection keeps writing to a file that was deleted or replaced meanwhile,
+        # and everything written there is lost without an error: refuse instead.
+        if _file_identity(self.path) != self._identity:
+            conn.execute("ROLLBACK")
+            raise StoreError(
+                f"{self.path}: the store file was deleted or replaced while open; "
+                "open the store again"
+            )
         try:
             if not replace:
                 for row in sessions:
@@ -595,6 +604,14 @@ class CheckpointStore:
                 table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
                 for table in ("sessions", "steps", "blobs")
             }
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def _summary(traj: Trajectory) -> tuple[Any, ...]:
