@@ -76,14 +76,16 @@ _PARAMETERS = (
 # provider finish reasons that the GenAI conventions name differently in output messages
 _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 _INDEX = re.compile(r"\d+")
+_FIRST_MESSAGE_ROLE = INPUT_MESSAGES + ".0.message.role"
 
 
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     raw_kind = attrs.get(SPAN_KIND)
     if raw_kind is None:
-        # OpenInference-only key pattern: an LLM span whose kind attribute was dropped
-        if not any(isinstance(k, str) and k.startswith(INPUT_MESSAGES + ".") for k in attrs):
+        # an LLM span whose kind attribute was dropped still has this OpenInference-only key
+        # (a dict lookup: this runs for every span of every dialect)
+        if _FIRST_MESSAGE_ROLE not in attrs:
             return False
         raw_kind = "LLM"
     kind_name = str(raw_kind).strip().upper()
