@@ -6,7 +6,8 @@ opentelemetry-instrumentation-genai-openai writes with content capture on). The 
 ``BatchSpanProcessor`` exports to a no-op exporter. Three figures, each a median over
 alternating repetitions in one run:
 
-* hooks: ``on_start`` + ``on_end`` called directly on finished spans (the processor alone);
+* hooks: ``on_start`` + ``on_end`` called directly on finished spans, both workers kept
+  asleep (the processor alone, on the application thread);
 * span, wall: creating, filling and ending a span through a tracer, wall clock;
 * span, CPU: the same, CPU time of the application thread only (excludes time the worker
   thread holds the GIL);
@@ -118,11 +119,20 @@ def finished_spans(count: int) -> list[ReadableSpan]:
     return collected[:count]
 
 
-def make_processor(kind: str, directory: Path) -> SpanProcessor | None:
+def make_processor(kind: str, directory: Path, quiet_for: int = 0) -> SpanProcessor | None:
+    """``quiet_for`` > 0: a queue and batch threshold above that many spans and no scheduled
+    wake-up, so that the worker stays asleep while the hooks alone are timed."""
+    options: dict = {}
+    if quiet_for:
+        options = {
+            "max_queue_size": quiet_for + 1,
+            "max_export_batch_size": quiet_for + 1,
+            "schedule_delay_millis": 600_000,
+        }
     if kind == "batch":
-        return BatchSpanProcessor(NoOpExporter())
+        return BatchSpanProcessor(NoOpExporter(), **options)
     if kind == "trajectory":
-        return TrajectorySpanProcessor(directory / f"{time.perf_counter_ns()}.sqlite")
+        return TrajectorySpanProcessor(directory / f"{time.perf_counter_ns()}.sqlite", **options)
     return None
 
 
@@ -134,6 +144,7 @@ def time_spans(kind: str, runs: int, directory: Path) -> tuple[float, float]:
         provider.add_span_processor(processor)
     tracer = provider.get_tracer("bench")
     agent_run(tracer)  # warm caches
+    gc.collect()  # start every sample from the same heap: earlier samples leave garbage
     wall, cpu = time.perf_counter(), time.thread_time()
     for _ in range(runs):
         agent_run(tracer)
@@ -150,6 +161,7 @@ def time_paced(kind: str, runs: int, directory: Path) -> tuple[float, float]:
         provider.add_span_processor(processor)
     tracer = provider.get_tracer("bench")
     agent_run(tracer)
+    gc.collect()
     total = slowest = 0.0
     for _ in range(runs):
         start = time.perf_counter()
@@ -163,11 +175,12 @@ def time_paced(kind: str, runs: int, directory: Path) -> tuple[float, float]:
 
 
 def time_hooks(kind: str, spans: list[ReadableSpan], directory: Path) -> float:
-    """Per-span seconds of ``on_start`` + ``on_end`` alone."""
-    processor = make_processor(kind, directory)
+    """Per-span seconds of ``on_start`` + ``on_end`` alone (the worker kept asleep)."""
+    processor = make_processor(kind, directory, quiet_for=len(spans))
     assert processor is not None
     on_start: Callable = processor.on_start
     on_end: Callable = processor.on_end
+    gc.collect()
     start = time.perf_counter()
     for span in spans:
         on_start(span)  # type: ignore[arg-type]  # both only read the span here

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ..mapping.spans import NormalizedSpan, SpanEvent, from_readable_span
 from ..store import CheckpointStore
 from ..store.sink import SpanSink
-from .context import SCOPE_NAME, inside_step
+from .context import SCOPE_NAME, current_context, inside_step
 
 __all__ = ["TrajectorySpanExporter", "TrajectorySpanProcessor", "attach"]
 
@@ -197,24 +197,28 @@ class TrajectorySpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             skip = self._skip
-            if inside_step():  # e.g. an instrumented HTTP or LLM call inside ctx.llm's produce
-                skip[span.context.span_id] = True
-            else:
+            if current_context() is not None:  # inside a native run, on a thread it reached
+                if inside_step():  # e.g. an instrumented HTTP or LLM call inside produce
+                    self._remember(span, True)
+                    return
                 scope = span.instrumentation_scope
                 if scope is not None and scope.name == SCOPE_NAME:
                     # native spans are dropped at on_end; below a step span, everything is
                     # part of that step, even on threads the step's context did not reach
-                    skip[span.context.span_id] = _STEP_KIND_ATTRIBUTE in span.attributes
-                elif skip:
-                    parent = span.parent
-                    if parent is not None and skip.get(parent.span_id):
-                        skip[span.context.span_id] = True
-                else:
+                    self._remember(span, _STEP_KIND_ATTRIBUTE in span.attributes)
                     return
-            if len(skip) > _MAX_SKIPPED:
-                skip.clear()
+            if skip:  # outside native runs this is usually empty: one context lookup in all
+                parent = span.parent
+                if parent is not None and skip.get(parent.span_id):
+                    self._remember(span, True)
         except Exception:
             pass
+
+    def _remember(self, span: Span, descendants_too: bool) -> None:
+        skip = self._skip
+        if len(skip) >= _MAX_SKIPPED:
+            skip.clear()
+        skip[span.context.span_id] = descendants_too
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
