@@ -71,7 +71,8 @@ def stored(db_path: Path) -> dict:
 
 
 def test_a_deleted_store_file_is_counted_and_logged_not_raised(db_path, provider, caplog):
-    processor = attach(db_path, tracer_provider=provider)
+    # no scheduled flushes: exactly the two forced ones below touch the store
+    processor = attach(db_path, tracer_provider=provider, schedule_delay_millis=600_000)
     tracer = provider.get_tracer("app")
     emit_run(tracer)
     assert processor.force_flush()
