@@ -4,12 +4,13 @@
 batch is ready); a daemon worker thread normalises, maps, assembles, hashes and writes in
 batches, as the SDK's ``BatchSpanProcessor`` does for exporters. A full queue drops the span
 and counts it (``stats()["dropped"]``); nothing blocks the application and nothing raises into
-it: worker errors are logged and counted.
+it: worker errors (a broken store, a span that cannot be read) are logged and counted.
 
 Spans the ctx API emits (scope ``agent_replay``), every span started while a native step's
-policy is running, and a span another instrumentation wrapped around an intercepted call
-(marked ``agent_replay.intercepted``, see :mod:`agent_replay.instrument`) are skipped: native
-and intercepted runs are stored by :class:`~agent_replay.Session` directly, with full content,
+policy is running (even on another thread, through the step span's descendants), and a span
+another instrumentation wrapped around an intercepted call (marked
+``agent_replay.intercepted``, see :mod:`agent_replay.instrument`) are skipped: native and
+intercepted runs are stored by :class:`~agent_replay.Session` directly, with full content,
 and must not be stored twice.
 """
 
@@ -18,9 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -28,25 +31,125 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..mapping.spans import from_readable_span
+from ..mapping.spans import NormalizedSpan, SpanEvent, from_readable_span
 from ..store import CheckpointStore
 from ..store.sink import SpanSink
-from .context import INTERCEPTED_ATTRIBUTE, SCOPE_NAME, inside_step
+from .context import INTERCEPTED_ATTRIBUTE, SCOPE_NAME, current_context, inside_step
 
 __all__ = ["TrajectorySpanExporter", "TrajectorySpanProcessor", "attach"]
 
 _log = logging.getLogger(__name__)
 
+_STEP_KIND_ATTRIBUTE = "agent_replay.step.kind"
+# on_start remembers skipped span ids until they end; spans that never end must not make that
+# memory grow without bound (forgetting them only risks storing a span twice)
+_MAX_SKIPPED = 65_536
+# a worker that fails on every flush (a deleted store) logs the first error and then a summary
+# at most this often, instead of a traceback twice a second
+_ERROR_LOG_INTERVAL = 60.0
 
-def _open_store(store: CheckpointStore | str | os.PathLike[str]) -> CheckpointStore:
-    return store if isinstance(store, CheckpointStore) else CheckpointStore(store)
+
+def _open_store(
+    store: CheckpointStore | str | os.PathLike[str],
+) -> tuple[CheckpointStore, bool]:
+    """The store and whether we opened it (and so close it on shutdown)."""
+    if isinstance(store, CheckpointStore):
+        return store, False
+    return CheckpointStore(store), True
+
+
+class _ErrorLog:
+    """Counts worker errors and logs them without flooding the application's log."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self._logged_at = -_ERROR_LOG_INTERVAL
+        self._unlogged = 0
+
+    def record(self) -> None:
+        """Call from an ``except`` block."""
+        self.count += 1
+        now = time.monotonic()
+        if now - self._logged_at < _ERROR_LOG_INTERVAL:
+            self._unlogged += 1
+            return
+        suffix = f" ({self._unlogged} similar errors not logged)" if self._unlogged else ""
+        _log.exception("agent-replay: failed to %s%s", self.what, suffix)
+        self._logged_at, self._unlogged = now, 0
+
+
+def _normalize(spans: Sequence[ReadableSpan], errors: _ErrorLog) -> list[NormalizedSpan]:
+    """Normalised, storable copies of ``spans``; one unreadable span costs only itself."""
+    out = []
+    for span in spans:
+        scope = span.instrumentation_scope
+        if (scope is not None and scope.name == SCOPE_NAME) or _intercepted(span):
+            continue  # native and intercepted runs are stored by Session / the interception
+        try:
+            out.append(_storable(from_readable_span(span)))
+        except Exception:
+            errors.record()
+    return out
+
+
+def _storable(span: NormalizedSpan) -> NormalizedSpan:
+    """``span`` with text that cannot be stored as UTF-8 (lone surrogates, which any SDK user
+    can put in an attribute) escaped, so one such span cannot fail a whole batch."""
+    if not (
+        _has_bad_text(span.attributes)
+        or _has_bad_text(span.name)
+        or _has_bad_text(span.status_message)
+        or _has_bad_text(span.resource)
+        or any(_has_bad_text(e.name) or _has_bad_text(e.attributes) for e in span.events)
+    ):
+        return span  # the usual case: nothing is copied
+    return replace(
+        span,
+        name=_clean(span.name),
+        status_message=_clean(span.status_message),
+        attributes=_clean(span.attributes),
+        events=tuple(
+            SpanEvent(_clean(e.name), e.time_ns, _clean(e.attributes)) for e in span.events
+        ),
+        resource=_clean(span.resource),
+    )
+
+
+def _has_bad_text(value: Any) -> bool:
+    if isinstance(value, str):
+        if value.isascii():
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_bad_text(v) for v in value)
+    return False
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
 
 
 class TrajectorySpanProcessor(SpanProcessor):
     """Turns finished GenAI spans into stored trajectories, off the application's threads.
 
-    ``store`` is a :class:`CheckpointStore` or a path. ``trace_idle_seconds`` bounds how long
-    a trace whose root never ends locally (a remote parent that never arrives) is buffered.
+    ``store`` is a :class:`CheckpointStore` or a path (opened here and closed on
+    :meth:`shutdown`). ``trace_idle_seconds`` bounds how long a trace whose root never ends
+    locally (a remote parent that never arrives) is buffered. The hooks are called on the
+    application's threads and never raise; everything else happens on one worker thread,
+    which a process forked after construction gets a fresh copy of.
     """
 
     def __init__(
@@ -58,47 +161,82 @@ class TrajectorySpanProcessor(SpanProcessor):
         max_export_batch_size: int = 512,
         trace_idle_seconds: float = 30.0,
     ) -> None:
-        self.store = _open_store(store)
-        self._sink = SpanSink(self.store, source="otel", idle_seconds=trace_idle_seconds)
-        self._queue: deque[ReadableSpan] = deque()
+        self.store, self._owns_store = _open_store(store)
+        self._trace_idle_seconds = trace_idle_seconds
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000.0
-        self._skip: set[int] = set()
+        self._stopped = False
+        self.dropped = 0
+        self._start_worker()
+        _LIVE.add(self)
+
+    def _start_worker(self) -> None:
+        # everything the worker shares with the hooks; rebuilt in a forked child, where the
+        # parent's worker thread does not exist and its queue is the parent's to store
+        self._sink = SpanSink(self.store, source="otel", idle_seconds=self._trace_idle_seconds)
+        self._errors = _ErrorLog("store captured spans")
+        self._queue: deque[ReadableSpan] = deque()
+        # span id -> whether spans started under it are skipped too (native step spans)
+        self._skip: dict[int, bool] = {}
         self._wake = threading.Event()
         self._flush_lock = threading.Lock()
         self._flush_requests: list[threading.Event] = []
-        self._stopped = False
-        self.dropped = 0
-        self.errors = 0
         self._worker = threading.Thread(target=self._run, name="agent-replay-capture", daemon=True)
         self._worker.start()
-        _LIVE.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        if not self._stopped:
+            self._start_worker()
+
+    @property
+    def errors(self) -> int:
+        """Worker errors so far (each one logged, or summarised in a later log line)."""
+        return self._errors.count
 
     # -- application thread: tiny and never raising ---------------------------------------
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            if inside_step():
-                self._skip.add(span.context.span_id)
+            skip = self._skip
+            if current_context() is not None:  # inside a native run, on a thread it reached
+                if inside_step():  # e.g. an instrumented HTTP or LLM call inside produce
+                    self._remember(span, True)
+                    return
+                scope = span.instrumentation_scope
+                if scope is not None and scope.name == SCOPE_NAME:
+                    # native spans are dropped at on_end; below a step span, everything is
+                    # part of that step, even on threads the step's context did not reach
+                    self._remember(span, _STEP_KIND_ATTRIBUTE in span.attributes)
+                    return
+            if skip:  # outside native runs this is usually empty: one context lookup in all
+                parent = span.parent
+                if parent is not None and skip.get(parent.span_id):
+                    self._remember(span, True)
         except Exception:
             pass
+
+    def _remember(self, span: Span, descendants_too: bool) -> None:
+        skip = self._skip
+        if len(skip) >= _MAX_SKIPPED:
+            skip.clear()
+        skip[span.context.span_id] = descendants_too
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
             ctx = span.context
             if not ctx.trace_flags.sampled or self._stopped:
                 return
-            if self._skip and ctx.span_id in self._skip:
-                self._skip.discard(ctx.span_id)
+            if self._skip and self._skip.pop(ctx.span_id, None) is not None:
                 return
             if _intercepted(span):
                 return
-            if len(self._queue) >= self._max_queue:
+            queue = self._queue
+            if len(queue) >= self._max_queue:
                 self.dropped += 1
                 return
-            self._queue.append(span)
-            if len(self._queue) >= self._batch:
+            queue.append(span)
+            if len(queue) >= self._batch:
                 self._wake.set()
         except Exception:
             pass
@@ -118,23 +256,21 @@ class TrajectorySpanProcessor(SpanProcessor):
                 return
 
     def _drain(self, *, force: bool) -> None:
+        queue = self._queue
+        batch = []
+        while queue:
+            batch.append(queue.popleft())
         try:
-            batch = []
-            while self._queue:
-                span = self._queue.popleft()
-                scope = span.instrumentation_scope
-                if scope is not None and scope.name == SCOPE_NAME:
-                    continue
-                batch.append(from_readable_span(span))
-            if batch:
-                self._sink.add(batch)
+            spans = _normalize(batch, self._errors)
+            if spans:
+                self._sink.add(spans)
             self._sink.flush(force=force)
         except Exception:
-            self.errors += 1
-            _log.exception("agent-replay: failed to store captured spans")
+            self._errors.record()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Store everything received so far, complete traces or not. False on timeout."""
+        """Store everything received so far, complete traces or not. False on timeout (or
+        when the worker is gone); never raises."""
         if not self._worker.is_alive():
             return False
         done = threading.Event()
@@ -144,13 +280,16 @@ class TrajectorySpanProcessor(SpanProcessor):
         return done.wait(timeout_millis / 1000.0)
 
     def shutdown(self) -> None:
-        """Flush, stop the worker and wait for it."""
+        """Flush, stop the worker, wait for it, and close the store if this processor opened
+        it. Spans ending afterwards are ignored."""
         if self._stopped:
             return
         self.force_flush()
         self._stopped = True
         self._wake.set()
         self._worker.join(timeout=30)
+        if self._owns_store and not self._worker.is_alive():
+            self.store.close()
 
     def stats(self) -> dict[str, int]:
         """Counters: spans seen, sessions written, spans dropped (queue full), worker errors."""
@@ -170,6 +309,15 @@ def _intercepted(span: ReadableSpan) -> bool:
 
 
 _LIVE: weakref.WeakSet[TrajectorySpanProcessor] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for processor in list(_LIVE):
+        processor._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def attach(
@@ -194,10 +342,13 @@ def attach(
 class TrajectorySpanExporter(SpanExporter):
     """The same capture as an exporter, for configuration without code.
 
-    ``OTEL_TRACES_EXPORTER=otlp,agent_replay`` under ``opentelemetry-instrument`` loads it
-    through the ``opentelemetry_traces_exporter`` entry point; the store path comes from
-    ``AGENT_REPLAY_DB`` (default ``agent-replay.sqlite``). The SDK's batch processor calls
-    :meth:`export` on its own thread, so the application never waits for it.
+    ``OTEL_TRACES_EXPORTER=agent_replay`` (alone or beside others: ``otlp,agent_replay``)
+    under ``opentelemetry-instrument`` loads it through the ``opentelemetry_traces_exporter``
+    entry point, which constructs it without arguments; the store path then comes from
+    ``AGENT_REPLAY_DB`` (default ``agent-replay.sqlite`` in the working directory). The SDK's
+    batch processor calls :meth:`export` on its own thread, so the application never waits
+    for it. Unlike the processor, an exporter cannot see where a span started, so GenAI spans
+    made *inside* a native ctx step's ``produce`` are stored as an ``otel`` session too.
     """
 
     def __init__(
@@ -209,24 +360,20 @@ class TrajectorySpanExporter(SpanExporter):
         path = (
             store if store is not None else os.environ.get("AGENT_REPLAY_DB", "agent-replay.sqlite")
         )
-        self.store = _open_store(path)
+        self.store, self._owns_store = _open_store(path)
         self._sink = SpanSink(self.store, source="otel", idle_seconds=trace_idle_seconds)
+        self._errors = _ErrorLog("store exported spans")
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            batch = [
-                from_readable_span(s)
-                for s in spans
-                if (s.instrumentation_scope is None or s.instrumentation_scope.name != SCOPE_NAME)
-                and not _intercepted(s)
-            ]
+            batch = _normalize(spans, self._errors)
             with self._lock:
                 self._sink.add(batch)
                 self._sink.flush()
             return SpanExportResult.SUCCESS
         except Exception:
-            _log.exception("agent-replay: failed to store exported spans")
+            self._errors.record()
             return SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -235,8 +382,10 @@ class TrajectorySpanExporter(SpanExporter):
                 self._sink.flush(force=True)
             return True
         except Exception:
-            _log.exception("agent-replay: failed to flush captured spans")
+            self._errors.record()
             return False
 
     def shutdown(self) -> None:
         self.force_flush()
+        if self._owns_store:
+            self.store.close()

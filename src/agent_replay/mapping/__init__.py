@@ -139,3 +139,4 @@ def parse_json(value: Any) -> Any:
 # Built-in dialects register themselves on import, in precedence order.
 from .dialects import genai as _genai  # noqa: E402,F401
 from .dialects import native as _native  # noqa: E402,F401  (first: most specific)
+from .dialects import openinference as _openinference  # noqa: E402,F401

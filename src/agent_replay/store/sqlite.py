@@ -12,9 +12,15 @@ Layout (schema version in ``meta``):
 
 Loading checks every blob hash, every step hash, every link and the session digest, and raises
 :class:`ChainIntegrityError` at the first mismatch: a tampered or corrupted session never
-loads silently. The file is in WAL mode and writes take ``BEGIN IMMEDIATE`` with a busy
-timeout, so several threads and processes can write to one file. Each thread gets its own
-connection.
+loads silently. The summary columns of ``sessions`` (source, outcome, lineage, step count) are
+copies of the hashed session header kept for listing; loading checks them too. Only
+``saved_ns`` (when the row was written, used for ordering) is outside every hash.
+
+The file is in WAL mode and writes take ``BEGIN IMMEDIATE`` with a busy timeout, so several
+threads and processes can write to one file. Each thread gets its own connection, and a process
+forked after the store was opened opens fresh connections instead of using inherited ones
+(SQLite connections must not cross ``fork()``). SQLite failures (a corrupt file, a lock held
+past the busy timeout, a read-only file) arrive as :class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_session);
 """
+
+_TABLES = frozenset({"meta", "blobs", "steps", "sessions"})
 
 _CHAIN_QUERY = """
 WITH RECURSIVE chain(hash, prev, idx, header, depth) AS (
@@ -140,12 +148,16 @@ class CheckpointStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._closed = False
         self._init_schema()
+        self._identity = _file_identity(self.path)
 
     # -- connections ----------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            self._forget_inherited_connections()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
@@ -158,7 +170,6 @@ class CheckpointStore:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
             conn.execute("PRAGMA foreign_keys=OFF")
         except sqlite3.DatabaseError as exc:
@@ -167,6 +178,40 @@ class CheckpointStore:
         with self._lock:
             self._connections.append(conn)
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # WAL is a property of the file, so it is switched on once, when the store is created.
+        # Switching a new file to WAL needs an exclusive lock and SQLite reports "database is
+        # locked" at once, without its busy handler, while another process does the same: so
+        # several processes creating one store at the same moment retry here until the timeout.
+        deadline = time.monotonic() + self._busy_timeout
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _forget_inherited_connections(self) -> None:
+        # In a forked child: the parent's connections (and lock) are the parent's. They are
+        # dropped without closing, because closing them here could checkpoint or unlink the WAL
+        # the parent is still using; this process opens its own.
+        self._lock = threading.Lock()
+        self._connections = []
+        self._local = threading.local()
+        self._pid = os.getpid()
+
+    @contextlib.contextmanager
+    def _sqlite_errors(self, action: str) -> Iterator[None]:
+        """Report SQLite failures as :class:`StoreError` naming the file and the action."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot {action} ({exc})") from exc
 
     def _init_schema(self) -> None:
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -177,26 +222,16 @@ class CheckpointStore:
                     )
         conn = self._conn()
         try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = {
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
-            if app_id not in (0, APPLICATION_ID) or (
-                tables and app_id == 0 and "meta" not in tables
-            ):
-                raise StoreError(
-                    f"{self.path}: a SQLite database but not an agent-replay store "
-                    f"(tables: {', '.join(sorted(tables)) or 'none'}); pass a new file name"
-                )
-            if "meta" in tables:
-                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.path}: written by a newer agent-replay (schema {version}, this "
-                        f"version reads up to {SCHEMA_VERSION}); upgrade agent-replay"
-                    )
+            # Identify the file before changing anything in it: enabling WAL is persistent, and
+            # a foreign database must be left exactly as it was.
+            conn.execute("BEGIN")  # one consistent snapshot for the reads below
+            state = self._inspect(conn)
+            conn.execute("COMMIT")
+            if state == (APPLICATION_ID, True, SCHEMA_VERSION):
+                return  # an existing store: nothing to create (and no write lock needed)
+            self._enable_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
+            self._inspect(conn)  # again under the write lock: another process may have won
             for statement in _SCHEMA.strip().split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -206,12 +241,44 @@ class CheckpointStore:
             )
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        except (sqlite3.DatabaseError, StoreError) as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            self.close()
+            if isinstance(exc, StoreError):
+                raise
             raise StoreError(
                 f"{self.path}: cannot be opened as an agent-replay store ({exc})"
             ) from exc
+
+    def _inspect(self, conn: sqlite3.Connection) -> tuple[int, bool, int]:
+        """``(application_id, has our tables, schema version)``; raises :class:`StoreError`
+        for a foreign database or one written by a newer agent-replay."""
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        # every store gets its application id in the transaction that creates its tables, so
+        # tables without the id belong to someone else (a "meta" table is a common name)
+        if app_id != APPLICATION_ID and (app_id != 0 or tables):
+            raise StoreError(
+                f"{self.path}: a SQLite database but not an agent-replay store "
+                f"(tables: {', '.join(sorted(tables)) or 'none'}); pass a new file name"
+            )
+        version = 0
+        if "meta" in tables:
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            try:
+                version = int(row[0]) if row else 0
+            except (TypeError, ValueError):
+                raise StoreError(
+                    f"{self.path}: unreadable schema version {row[0]!r} in the meta table"
+                ) from None
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: written by a newer agent-replay (schema {version}, this "
+                    f"version reads up to {SCHEMA_VERSION}); upgrade agent-replay"
+                )
+        return app_id, tables >= _TABLES, version
 
     def close(self) -> None:
         """Close every connection this store opened (from any thread)."""
@@ -258,7 +325,6 @@ class CheckpointStore:
                     header = step.header_bytes or canonical.encode(step.header())
                     steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, header)
             header_bytes = canonical.encode(traj.header())
-            outcome, lineage = traj.outcome, traj.lineage
             sessions.append(
                 (
                     traj.session_id,
@@ -266,16 +332,26 @@ class CheckpointStore:
                     len(traj.steps),
                     header_bytes,
                     canonical.digest(header_bytes),
-                    traj.source,
-                    None if outcome is None or outcome.failed is None else int(outcome.failed),
-                    None if outcome is None else outcome.score,
-                    None if lineage is None else lineage.parent_session,
-                    None if lineage is None else lineage.fork_step,
+                    *_summary(traj),
                     now,
                 )
             )
+        with self._sqlite_errors("save"):
+            self._write(blobs, steps, sessions, replace)
+
+    def _write(
+        self, blobs: dict[str, bytes], steps: dict[str, tuple], sessions: list[tuple], replace: bool
+    ) -> None:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
+        # An open connection keeps writing to a file that was deleted or replaced meanwhile,
+        # and everything written there is lost without an error: refuse instead.
+        if _file_identity(self.path) != self._identity:
+            conn.execute("ROLLBACK")
+            raise StoreError(
+                f"{self.path}: the store file was deleted or replaced while open; "
+                "open the store again"
+            )
         try:
             if not replace:
                 for row in sessions:
@@ -300,31 +376,36 @@ class CheckpointStore:
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK
+            # would then raise and hide the real error
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def delete(self, session_id: str) -> None:
         """Forget a session (its blobs and steps stay while other sessions share them)."""
-        conn = self._conn()
-        conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+        with self._sqlite_errors("delete a session"):
+            self._conn().execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
 
     # -- reading --------------------------------------------------------------------------
 
     def __contains__(self, session_id: object) -> bool:
-        row = (
-            self._conn()
-            .execute("SELECT 1 FROM sessions WHERE session_id=?", (session_id,))
-            .fetchone()
-        )
+        with self._sqlite_errors("read sessions"):
+            row = (
+                self._conn()
+                .execute("SELECT 1 FROM sessions WHERE session_id=?", (session_id,))
+                .fetchone()
+            )
         return row is not None
 
     def session_ids(self) -> list[str]:
-        return [
-            r[0]
-            for r in self._conn().execute(
-                "SELECT session_id FROM sessions ORDER BY saved_ns, session_id"
-            )
-        ]
+        with self._sqlite_errors("list sessions"):
+            return [
+                r[0]
+                for r in self._conn().execute(
+                    "SELECT session_id FROM sessions ORDER BY saved_ns, session_id"
+                )
+            ]
 
     def list_sessions(self, *, search: str | None = None) -> list[SessionSummary]:
         """Summaries of every session (optionally whose id contains ``search``), oldest first."""
@@ -337,6 +418,8 @@ class CheckpointStore:
             sql += " WHERE instr(session_id, ?) > 0"
             args = (search,)
         sql += " ORDER BY saved_ns, session_id"
+        with self._sqlite_errors("list sessions"):
+            rows = self._conn().execute(sql, args).fetchall()
         return [
             SessionSummary(
                 session_id=r[0],
@@ -348,32 +431,41 @@ class CheckpointStore:
                 fork_step=r[6],
                 saved_ns=r[7],
             )
-            for r in self._conn().execute(sql, args)
+            for r in rows
         ]
 
     def children(self, session_id: str) -> list[str]:
         """Sessions forked from ``session_id``."""
-        return [
-            r[0]
-            for r in self._conn().execute(
-                "SELECT session_id FROM sessions WHERE parent_session=? ORDER BY saved_ns",
-                (session_id,),
-            )
-        ]
+        with self._sqlite_errors("list sessions"):
+            return [
+                r[0]
+                for r in self._conn().execute(
+                    "SELECT session_id FROM sessions WHERE parent_session=? ORDER BY saved_ns",
+                    (session_id,),
+                )
+            ]
 
     def load(self, session_id: str) -> Trajectory:
         """The stored trajectory, every hash checked.
 
-        Raises :class:`SessionNotFoundError` for an unknown id and
-        :class:`ChainIntegrityError` naming the first bad step for a damaged session.
+        Raises :class:`SessionNotFoundError` for an unknown id,
+        :class:`ChainIntegrityError` naming the first bad step for a damaged session and
+        :class:`StoreError` when SQLite cannot read the file.
         """
+        with self._sqlite_errors(f"load session {session_id!r}"):
+            return self._load(session_id)
+
+    def _load(self, session_id: str) -> Trajectory:
         conn = self._conn()
         row = conn.execute(
-            "SELECT head, n_steps, header, digest FROM sessions WHERE session_id=?", (session_id,)
+            "SELECT head, n_steps, header, digest, source, failed, score, parent_session, "
+            "fork_step FROM sessions WHERE session_id=?",
+            (session_id,),
         ).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no session {session_id!r} in {self.path}")
-        head, n_steps, session_header, session_digest = row
+        head, n_steps, session_header, session_digest = row[:4]
+        summary = row[4:]
 
         def broken(problem: str, index: int | None = None) -> ChainIntegrityError:
             where = "session header" if index is None else f"step {index}"
@@ -383,6 +475,8 @@ class CheckpointStore:
                 step_index=index,
             )
 
+        if not isinstance(head, str) or not isinstance(n_steps, int) or n_steps < 0:
+            raise broken("session row is not readable (head or step count has the wrong type)")
         chain = conn.execute(_CHAIN_QUERY, (head, n_steps)).fetchall() if n_steps else []
         if head != GENESIS_HASH and not chain:
             raise broken("head step is missing", n_steps - 1 if n_steps else None)
@@ -396,17 +490,19 @@ class CheckpointStore:
                     "chain does not reach the genesis step (steps missing)",
                     0 if n_steps == len(chain) else None,
                 )
-            if canonical.digest(bytes(header_bytes)) != step_hash:
+            if not isinstance(header_bytes, bytes):
+                raise broken("stored header is not stored as bytes", position)
+            if canonical.digest(header_bytes) != step_hash:
                 raise broken("stored header does not match its hash", position)
             try:
-                header = canonical.decode(bytes(header_bytes))
+                header = canonical.decode(header_bytes)
             except ValueError as exc:
                 raise broken(f"stored header is not readable ({exc})", position) from None
             if step_prev != prev or header.get("prev") != prev:
                 raise broken("prev_hash does not link to the previous step", position)
             if idx != position or header.get("index") != position:
                 raise broken(f"index {idx} at position {position}", position)
-            headers.append((step_hash, header, bytes(header_bytes)))
+            headers.append((step_hash, header, header_bytes))
             wanted.add(header["input_hash"])
             wanted.add(header["output_hash"])
             prev = step_hash
@@ -423,6 +519,8 @@ class CheckpointStore:
                 output_bytes = blobs[header["output_hash"]]
             except KeyError:
                 raise broken("content blob is missing", position) from None
+            if not isinstance(input_bytes, bytes) or not isinstance(output_bytes, bytes):
+                raise broken("content blob is not stored as bytes", position)
             if canonical.digest(input_bytes) != header["input_hash"]:
                 raise broken("inputs do not match input_hash", position)
             if canonical.digest(output_bytes) != header["output_hash"]:
@@ -434,7 +532,8 @@ class CheckpointStore:
             except (ValueError, KeyError, TypeError) as exc:
                 raise broken(f"stored step is not readable ({exc})", position) from None
 
-        session_header = bytes(session_header)
+        if not isinstance(session_header, bytes):
+            raise broken("session header is not stored as bytes")
         if canonical.digest(session_header) != session_digest:
             raise broken("session header does not match its digest")
         try:
@@ -453,9 +552,13 @@ class CheckpointStore:
             raise broken(f"session header is not readable ({exc})") from None
         if data.get("head") != head or traj.session_id != session_id:
             raise broken("session header does not match the stored head")
+        if data.get("n_steps") != n_steps:
+            raise broken("session header does not match the stored step count")
+        if not _same_summary(summary, _summary(traj)):
+            raise broken("summary columns (source, outcome, lineage) do not match the header")
         return traj
 
-    def _blobs(self, hashes: set[str]) -> dict[str, bytes]:
+    def _blobs(self, hashes: set[str]) -> dict[str, Any]:
         conn = self._conn()
         found: dict[str, bytes] = {}
         ordered = list(hashes)
@@ -465,10 +568,11 @@ class CheckpointStore:
             for h, data in conn.execute(
                 f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk
             ):
-                found[h] = bytes(data)
+                found[h] = data  # checked by the caller: bytes whose digest is the key
         return found
 
     def load_all(self) -> Iterator[Trajectory]:
+        """Every session, oldest first, each verified as :meth:`load` does."""
         for session_id in self.session_ids():
             yield self.load(session_id)
 
@@ -480,25 +584,63 @@ class CheckpointStore:
             try:
                 traj = self.load(sid)
             except ChainIntegrityError as exc:
-                row = (
-                    self._conn()
-                    .execute("SELECT n_steps FROM sessions WHERE session_id=?", (sid,))
-                    .fetchone()
-                )
-                results.append(
-                    VerifyResult(sid, False, row[0] if row else 0, exc.step_index, str(exc))
-                )
+                with self._sqlite_errors("verify"):
+                    row = (
+                        self._conn()
+                        .execute("SELECT n_steps FROM sessions WHERE session_id=?", (sid,))
+                        .fetchone()
+                    )
+                steps = row[0] if row and isinstance(row[0], int) else 0
+                results.append(VerifyResult(sid, False, steps, exc.step_index, str(exc)))
             else:
                 results.append(VerifyResult(sid, True, len(traj.steps)))
         return results
 
     def stats(self) -> dict[str, int]:
         """Row counts: how much the CAS is sharing."""
-        conn = self._conn()
-        return {
-            table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-            for table in ("sessions", "steps", "blobs")
-        }
+        with self._sqlite_errors("count rows"):
+            conn = self._conn()
+            return {
+                table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+                for table in ("sessions", "steps", "blobs")
+            }
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _summary(traj: Trajectory) -> tuple[Any, ...]:
+    """The denormalised ``sessions`` columns: source, failed, score, parent_session, fork_step.
+
+    Values are coerced to what SQLite stores back unchanged (SQLite turns a NaN score into
+    NULL and would convert numeric-looking text in a REAL column), so that loading can compare
+    the row with the header exactly.
+    """
+    outcome, lineage = traj.outcome, traj.lineage
+    failed = None if outcome is None or outcome.failed is None else int(bool(outcome.failed))
+    score = None if outcome is None else outcome.score
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+        score = None
+    else:
+        score = float(score)
+    parent = None if lineage is None else lineage.parent_session
+    fork_step = None if lineage is None else lineage.fork_step
+    return (
+        traj.source,
+        failed,
+        score,
+        parent if isinstance(parent, str) else None if parent is None else str(parent),
+        fork_step if isinstance(fork_step, int) and -(2**63) <= fork_step < 2**63 else None,
+    )
+
+
+def _same_summary(stored: tuple[Any, ...], expected: tuple[Any, ...]) -> bool:
+    return all(type(a) is type(b) and a == b for a, b in zip(stored, expected, strict=True))
 
 
 def _step_from_stored(

@@ -1,0 +1,447 @@
+"""OpenInference (Arize Phoenix) spans: ``openinference.span.kind`` and flattened attributes.
+
+``openinference.span.kind`` decides the role: ``LLM`` → llm step, ``TOOL`` → tool step,
+``RETRIEVER`` → retrieval step, ``EMBEDDING`` → embedding step, ``AGENT`` names the agent of the
+steps inside it, ``CHAIN`` is a workflow around steps; every other kind (``RERANKER``,
+``GUARDRAIL``, ``EVALUATOR``, ``PROMPT``, ``UNKNOWN``) stays unrecognised.
+
+Messages arrive flattened, one attribute per field (``llm.input_messages.0.message.role``,
+``llm.output_messages.0.message.tool_calls.0.tool_call.function.name``, ...). They are rebuilt
+in the OTel GenAI *parts* shape (``{"role", "parts": [...]}``) and LLM inputs get the same
+layout the ``gen_ai`` dialect produces (``messages``, ``tools``, ``model``, ``parameters``), so a
+step reads the same whichever instrumentation recorded it. ``input.value`` / ``output.value``
+(decoded when their mime type is JSON) are the fallback content. The nested form some exporters
+write (``llm.input_messages`` holding a list of objects) is read too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ...model import StepKind
+from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+from .genai import tool_call_ids
+
+SPAN_KIND = "openinference.span.kind"
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+INPUT_MESSAGES = "llm.input_messages"
+OUTPUT_MESSAGES = "llm.output_messages"
+PROMPTS = "llm.prompts"
+CHOICES = "llm.choices"
+TOOLS = "llm.tools"
+MODEL_NAME = "llm.model_name"
+REQUEST_MODEL_NAME = "llm.request.model_name"
+RESPONSE_MODEL_NAME = "llm.response.model_name"
+INVOCATION_PARAMETERS = "llm.invocation_parameters"
+PROVIDER = "llm.provider"
+SYSTEM = "llm.system"
+FINISH_REASON = "llm.finish_reason"
+TOKENS_PROMPT = "llm.token_count.prompt"
+TOKENS_COMPLETION = "llm.token_count.completion"
+TOKENS_TOTAL = "llm.token_count.total"
+TOKENS_CACHE_READ = "llm.token_count.prompt_details.cache_read"
+TOKENS_REASONING = "llm.token_count.completion_details.reasoning"
+TOOL_NAME = "tool.name"
+TOOL_ID = "tool.id"
+TOOL_DESCRIPTION = "tool.description"
+SESSION_ID = "session.id"
+AGENT_NAME = "agent.name"
+RETRIEVAL_DOCUMENTS = "retrieval.documents"
+EMBEDDINGS = "embedding.embeddings"
+EMBEDDING_MODEL_NAME = "embedding.model_name"
+
+_STEP_KINDS = {
+    "LLM": StepKind.LLM,
+    "TOOL": StepKind.TOOL,
+    "RETRIEVER": StepKind.RETRIEVAL,
+    "EMBEDDING": StepKind.EMBEDDING,
+}
+# request parameters worth keeping as step inputs, under the gen_ai dialect's short names
+_PARAMETERS = (
+    "temperature",
+    "max_tokens",
+    "max_completion_tokens",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+)
+# provider finish reasons that the GenAI conventions name differently in output messages
+_FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
+_INDEX = re.compile(r"\d+")
+_FIRST_MESSAGE_ROLE = INPUT_MESSAGES + ".0.message.role"
+
+
+def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
+    attrs = span.attributes
+    raw_kind = attrs.get(SPAN_KIND)
+    if raw_kind is None:
+        # an LLM span whose kind attribute was dropped still has this OpenInference-only key
+        # (a dict lookup: this runs for every span of every dialect)
+        if _FIRST_MESSAGE_ROLE not in attrs:
+            return False
+        raw_kind = "LLM"
+    kind_name = str(raw_kind).strip().upper()
+
+    agent = attrs.get(AGENT_NAME)
+    if isinstance(agent, str) and agent:
+        mapped.agent = mapped.agent or agent
+    session = attrs.get(SESSION_ID)
+    if isinstance(session, (str, int)) and not isinstance(session, bool) and str(session):
+        mapped.conversation_id = mapped.conversation_id or str(session)
+
+    if kind_name == "AGENT":
+        if mapped.role == Role.OTHER:
+            mapped.role = Role.AGENT
+            mapped.kind = StepKind.AGENT
+            mapped.name = mapped.name or (agent if isinstance(agent, str) and agent else span.name)
+            _fallback_content(span, mapped)
+        return True
+    if kind_name == "CHAIN":
+        if mapped.role == Role.OTHER:
+            mapped.role = Role.WORKFLOW
+            mapped.name = mapped.name or span.name
+            _fallback_content(span, mapped)
+        return True
+
+    kind = _STEP_KINDS.get(kind_name)
+    if kind is StepKind.LLM:
+        mapped.set_step(kind, span.name)
+        _read_llm(span, mapped)
+    elif kind is StepKind.TOOL:
+        name = attrs.get(TOOL_NAME)
+        mapped.set_step(kind, str(name) if name not in (None, "") else span.name)
+        _read_tool(span, mapped)
+    elif kind is StepKind.RETRIEVAL:
+        mapped.set_step(kind, span.name)
+        _read_retrieval(span, mapped)
+    elif kind is StepKind.EMBEDDING:
+        mapped.set_step(kind, span.name)
+        _read_embedding(span, mapped)
+    # other kinds (RERANKER, GUARDRAIL, ...) stay OTHER; their I/O is still worth keeping
+    _fallback_content(span, mapped)
+    return True
+
+
+# -- LLM ----------------------------------------------------------------------------------------
+
+
+def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
+    attrs = span.attributes
+    invocation = parse_json(attrs.get(INVOCATION_PARAMETERS))
+    if not isinstance(invocation, Mapping):
+        invocation = {}
+
+    mapped.set_attr("model", _text(attrs.get(RESPONSE_MODEL_NAME)) or _text(attrs.get(MODEL_NAME)))
+    mapped.set_attr("provider", _text(attrs.get(PROVIDER)) or _text(attrs.get(SYSTEM)))
+    mapped.set_attr("input_tokens", _count(attrs.get(TOKENS_PROMPT)))
+    mapped.set_attr("output_tokens", _count(attrs.get(TOKENS_COMPLETION)))
+    mapped.set_attr("total_tokens", _count(attrs.get(TOKENS_TOTAL)))
+    mapped.set_attr("cache_read_input_tokens", _count(attrs.get(TOKENS_CACHE_READ)))
+    mapped.set_attr("reasoning_output_tokens", _count(attrs.get(TOKENS_REASONING)))
+    finish = _text(attrs.get(FINISH_REASON))
+    if finish:
+        mapped.set_attr("finish_reasons", [finish])
+
+    messages = [_message(m) for m in _items(_tree(attrs, INPUT_MESSAGES))]
+    messages = [m for m in messages if m is not None]
+    if not messages:
+        messages = [
+            {"role": "user", "parts": [{"type": "text", "content": text}]}
+            for text in _texts(_tree(attrs, PROMPTS), ("prompt", "text"))
+        ]
+    if messages:
+        inputs: dict[str, Any] = {"messages": messages}
+        tools = [_tool_definition(t) for t in _items(_tree(attrs, TOOLS))]
+        tools = [t for t in tools if t is not None]
+        if tools:
+            inputs["tools"] = tools
+        model = _text(attrs.get(REQUEST_MODEL_NAME)) or _text(invocation.get("model"))
+        if model:
+            inputs["model"] = model
+        params = {key: invocation[key] for key in _PARAMETERS if key in invocation}
+        if params:
+            inputs["parameters"] = params
+        mapped.set_inputs(inputs)
+
+    outputs = [_message(m) for m in _items(_tree(attrs, OUTPUT_MESSAGES))]
+    outputs = [m for m in outputs if m is not None]
+    if not outputs:
+        outputs = [
+            {"role": "assistant", "parts": [{"type": "text", "content": text}]}
+            for text in _texts(_tree(attrs, CHOICES), ("completion", "text"))
+        ]
+    if outputs:
+        if finish and len(outputs) == 1 and "finish_reason" not in outputs[0]:
+            outputs[0]["finish_reason"] = _FINISH_REASONS.get(finish, finish)
+        mapped.set_output(outputs)
+        if not mapped.requested_tool_calls:
+            mapped.requested_tool_calls = tool_call_ids(outputs)
+
+
+def _message(node: Any) -> dict[str, Any] | None:
+    """One flattened OpenInference message as a GenAI ``{"role", "parts"}`` message."""
+    if not isinstance(node, Mapping):
+        return None
+    message = node.get("message", node)
+    if not isinstance(message, Mapping):
+        return None
+    role = _text(message.get("role")) or "user"
+    parts: list[dict[str, Any]] = []
+    call_id = _text(message.get("tool_call_id"))
+    content = message.get("content")
+    if role == "tool" or call_id:
+        if content is not None or call_id:
+            part: dict[str, Any] = {"type": "tool_call_response", "response": content}
+            if call_id:
+                part["id"] = call_id
+            parts.append(part)
+    elif isinstance(content, str):
+        parts.append({"type": "text", "content": content})
+    elif content is not None:
+        parts.append({"type": "text", "content": _text(content) or str(content)})
+    for item in _items(message.get("contents")):
+        converted = _content_part(item)
+        if converted is not None:
+            parts.append(converted)
+    for item in _items(message.get("tool_calls")):
+        call = item.get("tool_call", item) if isinstance(item, Mapping) else None
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        part = {"type": "tool_call", "name": _text(function.get("name")) or ""}
+        if _text(call.get("id")):
+            part["id"] = _text(call.get("id"))
+        if "arguments" in function:
+            part["arguments"] = parse_json(function.get("arguments"))
+        parts.append(part)
+    legacy_name = _text(message.get("function_call_name"))
+    if legacy_name:
+        parts.append(
+            {
+                "type": "tool_call",
+                "name": legacy_name,
+                "arguments": parse_json(message.get("function_call_arguments_json")),
+            }
+        )
+    out: dict[str, Any] = {"role": role, "parts": parts}
+    name = _text(message.get("name"))
+    if name:
+        out["name"] = name
+    return out
+
+
+def _content_part(item: Any) -> dict[str, Any] | None:
+    content = item.get("message_content", item) if isinstance(item, Mapping) else None
+    if not isinstance(content, Mapping):
+        return None
+    kind = _text(content.get("type")) or "text"
+    if kind == "text":
+        return {"type": "text", "content": _text(content.get("text")) or ""}
+    if kind == "reasoning":
+        return {"type": "reasoning", "content": _text(content.get("text")) or ""}
+    if kind in ("image", "audio", "video", "document"):
+        media = content.get(kind)
+        media = media.get(kind, media) if isinstance(media, Mapping) else {}
+        url = _text(media.get("url")) if isinstance(media, Mapping) else None
+        if url:
+            return {"type": "uri", "modality": kind, "uri": url}
+        return {"type": kind}
+    # tool_use and anything newer: keep what was recorded under a generic part
+    part = {"type": kind}
+    part.update({str(k): v for k, v in content.items() if k != "type"})
+    return part
+
+
+def _tool_definition(node: Any) -> dict[str, Any] | None:
+    """``llm.tools.N.tool.json_schema`` (OpenAI tool format) as a GenAI tool definition."""
+    tool = node.get("tool", node) if isinstance(node, Mapping) else None
+    if not isinstance(tool, Mapping):
+        return None
+    schema = parse_json(tool.get("json_schema"))
+    if not isinstance(schema, Mapping):
+        return None
+    function = schema.get("function")
+    if isinstance(function, Mapping):
+        keys = ("name", "description", "parameters")
+        definition = {k: function[k] for k in keys if k in function}
+        definition["type"] = schema.get("type", "function")
+        return definition
+    return dict(schema)
+
+
+# -- tools, retrieval, embeddings ---------------------------------------------------------------
+
+
+def _read_tool(span: NormalizedSpan, mapped: MappedSpan) -> None:
+    attrs = span.attributes
+    if INPUT_VALUE in attrs:
+        mapped.set_inputs({"arguments": _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)})
+    output = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE) if OUTPUT_VALUE in attrs else None
+    mapped.set_output(output)
+    if not mapped.tool_call_ids:
+        call_id = _text(attrs.get(TOOL_ID)) or _embedded_call_id(output)
+        if call_id:
+            mapped.tool_call_ids = [call_id]
+    description = _text(attrs.get(TOOL_DESCRIPTION))
+    if description:
+        mapped.set_attr("tool_description", description)
+
+
+def _embedded_call_id(output: Any) -> str | None:
+    """LangChain's TOOL spans carry the call id only inside the serialised ToolMessage."""
+    if not isinstance(output, Mapping):
+        return None
+    for holder in (output, output.get("data"), output.get("kwargs")):
+        if isinstance(holder, Mapping):
+            found = _text(holder.get("tool_call_id"))
+            if found:
+                return found
+    return None
+
+
+def _read_retrieval(span: NormalizedSpan, mapped: MappedSpan) -> None:
+    attrs = span.attributes
+    if INPUT_VALUE in attrs:
+        mapped.set_inputs({"query": _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)})
+    documents = []
+    for node in _items(_tree(attrs, RETRIEVAL_DOCUMENTS)):
+        document = node.get("document", node) if isinstance(node, Mapping) else None
+        if isinstance(document, Mapping):
+            documents.append(
+                {str(k): parse_json(v) if k == "metadata" else v for k, v in document.items()}
+            )
+    if documents:
+        mapped.set_output(documents)
+
+
+def _read_embedding(span: NormalizedSpan, mapped: MappedSpan) -> None:
+    attrs = span.attributes
+    mapped.set_attr("model", _text(attrs.get(EMBEDDING_MODEL_NAME)))
+    texts = _texts(_tree(attrs, EMBEDDINGS), ("embedding", "text"))
+    if texts:
+        mapped.set_inputs({"input": texts})
+    vectors = []
+    for node in _items(_tree(attrs, EMBEDDINGS)):
+        embedding = node.get("embedding") if isinstance(node, Mapping) else None
+        if isinstance(embedding, Mapping) and "vector" in embedding:
+            vectors.append(embedding["vector"])
+    if vectors:
+        mapped.set_output(vectors)
+
+
+def _fallback_content(span: NormalizedSpan, mapped: MappedSpan) -> None:
+    attrs = span.attributes
+    if INPUT_VALUE in attrs:
+        mapped.set_inputs(_io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE))
+    if OUTPUT_VALUE in attrs:
+        mapped.set_output(_io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE))
+
+
+# -- flattened attributes -----------------------------------------------------------------------
+
+
+def _io_value(attrs: Mapping[str, Any], key: str, mime_key: str) -> Any:
+    """``input.value`` / ``output.value``: decoded JSON when the mime type says JSON."""
+    value = attrs.get(key)
+    mime = attrs.get(mime_key)
+    if isinstance(value, str) and isinstance(mime, str) and "json" in mime.lower():
+        return parse_json(value)
+    return value
+
+
+def _tree(attrs: Mapping[str, Any], prefix: str) -> dict[Any, Any]:
+    """Every attribute under ``prefix.`` (plus a nested value at ``prefix`` itself) as a tree;
+    numeric path segments become ``int`` keys. Conflicting paths keep the first value."""
+    root: dict[Any, Any] = {}
+    nested = parse_json(attrs.get(prefix)) if prefix in attrs else None
+    if _is_structure(nested):
+        _merge(root, nested)
+    dotted = prefix + "."
+    for key, value in attrs.items():
+        if isinstance(key, str) and key.startswith(dotted):
+            _insert(root, key[len(dotted) :].split("."), value)
+    return root
+
+
+def _segment(text: str) -> Any:
+    return int(text) if _INDEX.fullmatch(text) else text
+
+
+def _insert(node: dict[Any, Any], path: list[str], value: Any) -> None:
+    for segment in path[:-1]:
+        child = node.setdefault(_segment(segment), {})
+        if not isinstance(child, dict):
+            return  # a leaf already sits here
+        node = child
+    last = _segment(path[-1])
+    if last in node:
+        return
+    if _is_structure(value):
+        node[last] = {}
+        _merge(node[last], value)
+    else:
+        node[last] = value
+
+
+def _is_structure(value: Any) -> bool:
+    # objects and lists of objects are trees; a list of scalars (a vector, tags) is a leaf
+    if isinstance(value, Mapping):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, Mapping) for v in value)
+
+
+def _merge(node: dict[Any, Any], value: Any) -> None:
+    items = enumerate(value) if isinstance(value, (list, tuple)) else value.items()
+    for key, item in items:
+        path = [str(key)] if isinstance(key, int) else str(key).split(".")
+        _insert(node, path, item)
+
+
+def _items(node: Any) -> list[Any]:
+    """The children of a tree node that have integer keys, in index order."""
+    if not isinstance(node, dict):
+        return []
+    return [node[k] for k in sorted(k for k in node if isinstance(k, int))]
+
+
+def _texts(node: Any, path: tuple[str, str]) -> list[str]:
+    texts = []
+    for item in _items(node):
+        inner = item.get(path[0]) if isinstance(item, Mapping) else None
+        text = inner.get(path[1]) if isinstance(inner, Mapping) else None
+        if isinstance(text, str):
+            texts.append(text)
+    return texts
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+# before gen_ai: a span carrying both dialects (google-adk) is read the OpenInference way first
+register_dialect("openinference", read, before="gen_ai")

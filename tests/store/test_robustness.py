@@ -1,0 +1,256 @@
+"""The store under concurrent processes, forks, corrupt and foreign files, newer schemas."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent_replay import CheckpointStore, Trajectory
+from agent_replay.cli import main as cli
+from agent_replay.errors import AgentReplayError, ChainIntegrityError, StoreError
+from agent_replay.model import StepDraft, StepKind, chain_steps
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# A writer process: waits for the start signal so that all writers race, then saves sessions
+# whose first steps (and their blobs) are the same in every process.
+WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from agent_replay import CheckpointStore, Trajectory
+    from agent_replay.model import StepDraft, StepKind, chain_steps
+
+    path, worker, sessions, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    store = CheckpointStore(path)
+    for i in range(sessions):
+        drafts = [
+            StepDraft(StepKind.LLM, "plan", inputs={"shared": "prompt " * 50}, action="plan"),
+            StepDraft(StepKind.TOOL, "search", inputs={"q": "shared"}, action="result " * 50),
+            StepDraft(StepKind.LLM, "answer", inputs={"worker": worker, "i": i}, action=i),
+        ]
+        store.save(Trajectory(f"w{worker}-s{i}", chain_steps(drafts), metadata={"w": worker}))
+    store.close()
+    """
+)
+
+
+def run_writers(path: Path, tmp_path: Path, processes: int, sessions: int) -> None:
+    go = tmp_path / f"go-{path.name}"
+    env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(w), str(sessions), str(go)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(processes)
+    ]
+    go.touch()
+    failures = []
+    for writer in writers:
+        _, err = writer.communicate(timeout=120)
+        if writer.returncode:
+            failures.append(err)
+    assert not failures, failures[0]
+
+
+def test_processes_write_one_store_at_once(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    run_writers(path, tmp_path, processes=4, sessions=50)
+    with CheckpointStore(path) as store:
+        results = store.verify()
+        assert len(results) == 200 and all(r.ok for r in results)
+        assert store.load("w3-s49").steps[2].inputs == {"worker": 3, "i": 49}
+        stats = store.stats()
+    # the two shared steps and their blobs are stored once for all 200 sessions
+    assert stats["steps"] == 2 + 200
+    assert stats["blobs"] == 4 + 200 + 50  # inputs per (worker, i); outputs per i
+
+
+@pytest.mark.parametrize("round_", range(8))
+def test_processes_creating_a_new_store_at_once(tmp_path, round_):
+    """Every writer opens the same *new* file at the same moment (switching a new file to WAL
+    used to fail at once with "database is locked" in all but one of them)."""
+    path = tmp_path / f"new-{round_}.sqlite"
+    run_writers(path, tmp_path, processes=4, sessions=1)
+    with CheckpointStore(path) as store:
+        assert len(store.session_ids()) == 4
+
+
+def _save_in_child(store: CheckpointStore, parent_conn_id: int, name: str) -> None:
+    try:
+        assert id(store._conn()) != parent_conn_id, "the child reused the parent's connection"
+        for i in range(20):
+            step = StepDraft(StepKind.LLM, "x", inputs={"who": name, "i": i}, action=i)
+            store.save(Trajectory(f"{name}-{i}", chain_steps([step])))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def test_a_store_opened_before_fork_is_safe_in_the_children(db_path):
+    store = CheckpointStore(db_path)
+    store.save(Trajectory("before", chain_steps([StepDraft(StepKind.LLM, "x", action=0)])))
+    parent_conn = id(store._conn())
+    ctx = multiprocessing.get_context("fork")
+    children = [
+        ctx.Process(target=_save_in_child, args=(store, parent_conn, f"child{n}")) for n in range(2)
+    ]
+    for child in children:
+        child.start()
+    for i in range(20):  # the parent keeps writing through its own connection meanwhile
+        step = StepDraft(StepKind.TOOL, "y", inputs={"i": i}, action=i)
+        store.save(Trajectory(f"parent-{i}", chain_steps([step])))
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    results = store.verify()
+    assert len(results) == 61 and all(r.ok for r in results)
+    store.close()
+
+
+# -- bad files --------------------------------------------------------------------------------
+
+
+def _good_store(path: Path, sessions: int = 30) -> None:
+    with CheckpointStore(path) as store:
+        store.save_many(
+            [
+                Trajectory(
+                    f"s{i}",
+                    chain_steps(
+                        StepDraft(StepKind.TOOL, f"t{j}", inputs={"i": i, "j": j}, action="v" * 300)
+                        for j in range(4)
+                    ),
+                )
+                for i in range(sessions)
+            ]
+        )
+
+
+def _damage(path: Path, how: str) -> None:
+    rng = random.Random(how)
+    data = path.read_bytes()
+    if how == "random bytes":
+        path.write_bytes(rng.randbytes(8192))
+    elif how == "sqlite header, random body":
+        path.write_bytes(data[:100] + rng.randbytes(len(data) - 100))
+    elif how.startswith("truncated to "):
+        keep = {"half": len(data) // 2, "one page": 4096, "100 bytes": 100, "10 bytes": 10}
+        path.write_bytes(data[: keep[how.removeprefix("truncated to ")]])
+    elif how == "one page overwritten":
+        page = 4096 * 3
+        path.write_bytes(data[:page] + rng.randbytes(4096) + data[page + 4096 :])
+    else:
+        raise AssertionError(how)
+
+
+DAMAGE = [
+    "random bytes",
+    "sqlite header, random body",
+    "truncated to half",
+    "truncated to one page",
+    "truncated to 100 bytes",
+    "truncated to 10 bytes",
+    "one page overwritten",
+]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_corrupt_file_gives_a_clear_store_error(db_path, how):
+    _good_store(db_path)
+    _damage(db_path, how)
+    with pytest.raises(AgentReplayError) as caught:
+        with CheckpointStore(db_path) as store:
+            for session_id in store.session_ids():
+                store.load(session_id)
+            assert all(r.ok for r in store.verify())
+    # a corrupt file is a StoreError naming the file; damage that SQLite cannot see but the
+    # hashes can (a page of content) is a ChainIntegrityError naming the session
+    assert isinstance(caught.value, (StoreError, ChainIntegrityError))
+    if isinstance(caught.value, StoreError):
+        assert str(db_path) in str(caught.value)
+    assert not isinstance(caught.value, sqlite3.Error)
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_cli_verify_reports_a_corrupt_file_without_a_traceback(db_path, how):
+    _good_store(db_path)
+    _damage(db_path, how)
+    result = CliRunner().invoke(cli, ["verify", "--db", str(db_path)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+
+
+def _foreign(path: Path, application_id: int = 0) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")  # a common table name
+    conn.execute("INSERT INTO meta VALUES ('owner', 'someone else')")
+    conn.execute(f"PRAGMA application_id={application_id}")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("application_id", [0, 0x12345678])
+def test_a_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path, application_id):
+    path = tmp_path / "theirs.db"
+    _foreign(path, application_id)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not an agent-replay store"):
+        CheckpointStore(path)
+    assert path.read_bytes() == before  # not even switched to WAL
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_a_store_from_a_newer_agent_replay_is_refused(db_path):
+    _good_store(db_path, sessions=1)
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match=r"newer agent-replay \(schema 2.*upgrade agent-replay"):
+        CheckpointStore(db_path)
+
+
+def test_an_unreadable_schema_version_is_a_store_error(db_path):
+    _good_store(db_path, sessions=1)
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE meta SET value='two' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="unreadable schema version"):
+        CheckpointStore(db_path)
+
+
+def test_an_empty_file_becomes_a_new_store(db_path):
+    db_path.touch()
+    with CheckpointStore(db_path) as store:
+        assert store.session_ids() == []
+
+
+def test_a_missing_directory_is_a_store_error(tmp_path):
+    with pytest.raises(StoreError, match="not a usable SQLite database"):
+        CheckpointStore(tmp_path / "no" / "such" / "dir.sqlite")
+
+
+def test_a_closed_store_says_so(db_path):
+    store = CheckpointStore(db_path)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.session_ids()
