@@ -69,6 +69,8 @@ def encode(value: Any) -> bytes:
             "string is not valid Unicode (lone surrogate); it cannot be stored as UTF-8",
             path="$",
         ) from exc
+    except ValueError as exc:  # Python's guard against converting huge ints to text
+        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
 
 
 def encode_and_hash(value: Any) -> tuple[bytes, str]:

@@ -285,7 +285,7 @@ class Outcome:
             "score": self.score,
             "failed": self.failed,
             "result": self.result,
-            "error": dict(self.error) if self.error else None,
+            "error": None if self.error is None else dict(self.error),
         }
 
     @classmethod

@@ -335,14 +335,9 @@ def test_changing_any_stored_byte_is_caught(pristine, data):
                         store.load(result.session_id)
 
 
-# -- known bugs outside the store (owned elsewhere; strict xfail flips red once fixed) -----------
+# -- regressions found by the invariants --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model.py Outcome.to_dict writes an empty error mapping as None (`if self.error`), "
-    "so Outcome(error={}) loads back as error=None: same digest, different object",
-)
 def test_empty_outcome_error_round_trips(db_path):
     traj = Trajectory("s", (), outcome=Outcome(error={}))
     with CheckpointStore(db_path) as store:
@@ -350,12 +345,6 @@ def test_empty_outcome_error_round_trips(db_path):
         assert store.load("s") == traj
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="canonical.encode lets json's int-size guard escape as a bare ValueError for ints "
-    "over 4300 digits instead of a CanonicalEncodingError naming the step",
-)
 def test_huge_int_is_a_canonical_encoding_error():
     from agent_replay.errors import CanonicalEncodingError
 
