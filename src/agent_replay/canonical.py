@@ -61,7 +61,10 @@ def digest(data: bytes) -> str:
 
 def encode(value: Any) -> bytes:
     """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
-    prepared = _prepare(value, "$")
+    try:
+        prepared = _prepare(value)
+    except CanonicalEncodingError as exc:
+        raise CanonicalEncodingError(exc.bare_message, path=_locate(value)) from None
     try:
         return _dumps(prepared).encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -90,66 +93,75 @@ def decode(data: bytes | str) -> Any:
 
 
 # -- encoding ---------------------------------------------------------------------------------
+# _prepare runs on every value stored, so it builds no paths; when it fails, _locate walks the
+# value again to say where.
 
 
-def _prepare(value: Any, path: str) -> Any:
+def _prepare(value: Any) -> Any:
     """Return a JSON-native tree for ``value``; the same object when nothing needs changing."""
     t = type(value)
     if t is str or t is int or t is bool or value is None:
         return value
+    if t is dict:
+        return _prepare_dict(value)
     if t is float:
         if math.isfinite(value):
             return value
         return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
-    if t is dict:
-        return _prepare_dict(value, path)
     if t is list:
         out = None
         for i, item in enumerate(value):
-            new = _prepare(item, f"{path}[{i}]")
+            it = type(item)
+            new = item if (it is str or it is int or it is bool or item is None) else _prepare(item)
             if new is not item and out is None:
-                out = list(value[:i])
+                out = value[:i]
             if out is not None:
                 out.append(new)
         return value if out is None else out
     if t is tuple:
-        return {"$tuple": [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]}
+        return {"$tuple": [_prepare(item) for item in value]}
     if t is bytes:
         return {"$bytes": base64.b64encode(value).decode("ascii")}
     if t is bytearray:
         return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if t is set or t is frozenset:
-        items = sorted((_prepare(item, f"{path}{{}}") for item in value), key=_sort_key)
+        items = sorted((_prepare(item) for item in value), key=_sort_key)
         return {"$set" if t is set else "$frozenset": items}
-    return _prepare_other(value, path)
+    return _prepare_other(value)
 
 
-def _prepare_dict(value: dict, path: str) -> Any:
-    if not all(type(k) is str for k in value) and all(
-        isinstance(k, str) and not isinstance(k, enum.Enum) for k in value
+def _prepare_dict(value: dict) -> Any:
+    out = None
+    for key, item in value.items():
+        if type(key) is not str:
+            return _prepare_odd_dict(value)
+        it = type(item)
+        if it is str or it is int or it is bool or item is None:
+            continue
+        new = _prepare(item)
+        if new is not item:
+            if out is None:
+                out = dict(value)
+            out[key] = new
+    if len(value) == 1 and next(iter(value)) in _TAGS:
+        return _prepare_odd_dict(value)  # would read back as a tag: write it as a $map
+    return value if out is None else out
+
+
+def _prepare_odd_dict(value: dict) -> Any:
+    if all(isinstance(k, str) and not isinstance(k, enum.Enum) for k in value) and not (
+        len(value) == 1 and str(next(iter(value))) in _TAGS
     ):
-        value = {str(k): v for k, v in value.items()}  # str subclasses are stored as str
-    plain = all(type(k) is str for k in value) and not (
-        len(value) == 1 and next(iter(value)) in _TAGS
-    )
-    if plain:
-        out = None
-        for key, item in value.items():
-            new = _prepare(item, f"{path}.{key}")
-            if new is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = new
-        return value if out is None else out
-    pairs = [[_prepare(k, f"{path}<key>"), _prepare(v, f"{path}[{k!r}]")] for k, v in value.items()]
+        return _prepare_dict({str(k): v for k, v in value.items()})  # str subclasses as str
+    pairs = [[_prepare(k), _prepare(v)] for k, v in value.items()]
     pairs.sort(key=lambda pair: _sort_key(pair[0]))
     return {"$map": pairs}
 
 
-def _prepare_other(value: Any, path: str) -> Any:
+def _prepare_other(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         raise CanonicalEncodingError(
-            f"enum member {value!r} is not stored as such; pass its .value instead", path=path
+            f"enum member {value!r} is not stored as such; pass its .value instead"
         )
     if isinstance(value, bool):  # bool subclasses do not exist, but keep the order explicit
         return bool(value)
@@ -158,7 +170,7 @@ def _prepare_other(value: Any, path: str) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return _prepare(float(value), path)
+        return _prepare(float(value))
     if isinstance(value, _dt.datetime):
         return {"$datetime": value.isoformat()}
     if isinstance(value, _dt.date):
@@ -175,9 +187,31 @@ def _prepare_other(value: Any, path: str) -> Any:
     elif hasattr(value, "__dataclass_fields__"):
         hint = " (a dataclass: store dataclasses.asdict(value))"
     raise CanonicalEncodingError(
-        f"value of type {type(value).__qualname__} cannot be encoded deterministically{hint}",
-        path=path,
+        f"value of type {type(value).__qualname__} cannot be encoded deterministically{hint}"
     )
+
+
+def _locate(value: Any, path: str = "$") -> str:
+    """Where in ``value`` the first thing ``_prepare`` rejects sits (for error messages)."""
+    try:
+        _prepare(value)
+        return path
+    except CanonicalEncodingError:
+        pass
+    if isinstance(value, dict):
+        for key, item in value.items():
+            for child, where in ((key, f"{path}<key {key!r}>"), (item, f"{path}.{key}")):
+                try:
+                    _prepare(child)
+                except CanonicalEncodingError:
+                    return _locate(child, where)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for i, item in enumerate(value):
+            try:
+                _prepare(item)
+            except CanonicalEncodingError:
+                return _locate(item, f"{path}[{i}]")
+    return path
 
 
 def _sort_key(prepared: Any) -> bytes:
