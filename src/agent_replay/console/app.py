@@ -14,6 +14,7 @@ integrity check, 500 otherwise); nothing raises out of :meth:`Console.handle`.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import logging
@@ -540,10 +541,8 @@ class Console:
             )
         data = dict(match["data"])
         if "trajectory" not in data:
-            try:
+            with contextlib.suppress(SessionNotFoundError):  # the report alone still renders
                 data["trajectory"] = trajectory_section(self._load(data["session_id"]))
-            except SessionNotFoundError:
-                pass
         page = render_html(data)
         back = (
             '<nav class="top"><a href="/">Sessions</a> · <a href="/reports">Attributions</a> · '
@@ -586,7 +585,7 @@ class Console:
             sb = b.steps[s.index] if s.index < len(b.steps) else None
             klass = ' class="changed"' if s.changes else ""
 
-            def cell(step: Any) -> str:
+            def cell(step: Any, klass: str = klass) -> str:
                 if step is None:
                     return '<td><span class="muted">—</span></td>'
                 return (
