@@ -3,15 +3,8 @@ decodes the protobuf body, checking links and attributes arrive."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -20,53 +13,7 @@ from agent_replay import record
 from agent_replay.attribution import attribute
 from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from agent_replay.report.otel import ROOT_SPAN, STEP_SPAN
-
-
-class Receiver:
-    """A tiny OTLP/HTTP trace receiver: decodes every request with the OTLP protobuf types."""
-
-    def __init__(self):
-        self.requests: list[ExportTraceServiceRequest] = []
-        received = self.requests
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                assert self.path == "/v1/traces"
-                assert self.headers["Content-Type"] == "application/x-protobuf"
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                received.append(request)
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def spans(self):
-        return [
-            span
-            for request in self.requests
-            for rs in request.resource_spans
-            for ss in rs.scope_spans
-            for span in ss.spans
-        ]
+from surface_helpers import Receiver
 
 
 def attrs(span):
