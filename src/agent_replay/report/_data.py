@@ -103,11 +103,41 @@ def fmt_rate(value: float | None) -> str:
     return f"{value:.0%}"
 
 
+def _message_text(value: Any) -> str | None:
+    """``role: text`` for OTel GenAI message lists (the common LLM step shape), else None."""
+    if not (isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value)):
+        return None
+    if not all("parts" in m for m in value):
+        return None
+    out = []
+    for message in value:
+        for part in message.get("parts") or ():
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "tool_call":
+                args = json.dumps(part.get("arguments"), ensure_ascii=False, default=repr)
+                out.append(f"{message.get('role', '?')}: {part.get('name')}({args})")
+            elif isinstance(part.get("content"), str):
+                out.append(f"{message.get('role', '?')}: {part['content']}")
+            elif part.get("type") == "tool_call_response":
+                out.append(f"tool: {part.get('response')}")
+    return " | ".join(out) if out else None
+
+
 def preview(value: Any, width: int = 60) -> str:
-    """One-line preview of recorded content."""
+    """One-line preview of recorded content (chat messages shown as ``role: text``)."""
     if value is None:
         return "-"
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    messages = _message_text(value)
+    if messages is None and isinstance(value, Mapping):
+        messages = _message_text(value.get("messages"))
+    text = (
+        messages
+        if messages is not None
+        else value
+        if isinstance(value, str)
+        else json.dumps(value, ensure_ascii=False, default=repr)
+    )
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
