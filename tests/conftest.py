@@ -39,3 +39,36 @@ def fixtures_dir() -> Path:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.sqlite"
+
+
+@pytest.fixture(scope="session")
+def demo_attribution():
+    """(trajectory, result) of the demo agent's failing run: deterministic (seeded)."""
+    from agent_replay import record
+    from agent_replay.attribution import attribute
+    from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+
+    traj = record(support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved)
+    result = attribute(traj, support_agent, refund_approved, repair=True)
+    return traj, result
+
+
+@pytest.fixture(scope="session")
+def evil_attribution():
+    """(trajectory, result) of a failing run of :func:`evil_agent`."""
+    from agent_replay import record
+    from agent_replay.attribution import attribute
+    from surface_helpers import XSS_IMG, XSS_SCRIPT, evil_agent, evil_verifier
+
+    for seed in range(64):
+        traj = record(
+            evil_agent,
+            {"question": XSS_IMG},
+            seed=seed,
+            verifier=evil_verifier,
+            session_id=f"{XSS_SCRIPT}-{seed}",
+        )
+        if traj.failed:
+            break
+    result = attribute(traj, evil_agent, evil_verifier, repair=True)
+    return traj, result

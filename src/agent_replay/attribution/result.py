@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .stats import Interval
@@ -333,6 +334,38 @@ class AttributionResult:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text)
         return text
+
+    def explain(self, trajectory: Any = None) -> Any:
+        """What / where / why / fix and the causal trace (:func:`agent_replay.report.explain`)."""
+        from ..report.explain import explain
+
+        return explain(self, trajectory)
+
+    def to_text(self, trajectory: Any = None) -> str:
+        """The CLI's text summary (:func:`agent_replay.report.render_text`)."""
+        from ..report.text import render_text
+
+        return render_text(self, trajectory)
+
+    def to_html(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        trajectory: Any = None,
+        explanation: Any = None,
+    ) -> str:
+        """The standalone HTML report, written to ``path`` when given. Returns the HTML."""
+        from ..report.html import render_html, write_html
+
+        if path is None:
+            return render_html(self, trajectory, explanation)
+        write_html(path, self, trajectory, explanation)
+        return Path(path).read_text(encoding="utf-8")
+
+    def to_otel(self, tracer_provider: Any = None, trajectory: Any = None) -> Any:
+        """Emit the verdict as OTel spans linked to the original trace (:mod:`..report.otel`)."""
+        from ..report.otel import to_otel
+
+        return to_otel(self, tracer_provider, trajectory)
 
     def summary(self) -> str:
         """A few lines for logs (the full text report lives in agent_replay.report)."""

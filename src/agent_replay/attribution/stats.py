@@ -218,7 +218,8 @@ def e_value_positive(first_only: int, second_only: int) -> float:
     """
     total = 0.0
     for pi in E_ALTERNATIVES:
-        total += math.exp(first_only * math.log(2 * pi) + second_only * math.log(2 * (1 - pi)))
+        exponent = first_only * math.log(2 * pi) + second_only * math.log(2 * (1 - pi))
+        total += math.exp(min(exponent, 690.0))  # capped: finite, and far beyond any threshold
     return total / len(E_ALTERNATIVES)
 
 

@@ -1,7 +1,7 @@
 """The ``agent-replay`` command line (click): a thin group, one module per command.
 
-Exit codes: 0 success; 1 an error the message explains (integrity failure, unreadable input,
-nothing to attribute); 2 a usage error (bad option or argument).
+Exit codes: 0 success; 1 an error the message explains (integrity failure, unreadable input);
+2 a usage error (bad option or argument); 3 (``attribute``) no culprit could be named.
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ import click
 
 from .._version import __version__
 from .analysis import aggregate_command, drift_command
+from .attribute import attribute_command
 from .demo import demo_command
 from .fork import diff_command, fork_command, resume_command
 from .record import record_command
 from .replay import replay_command
+from .report import report_command
+from .serve import serve_command
 from .sessions import sessions_command
 from .show import show_command
 from .verify import verify_command
@@ -37,5 +40,8 @@ for command in (
     verify_command,
     aggregate_command,
     drift_command,
+    attribute_command,
+    report_command,
+    serve_command,
 ):
     main.add_command(command)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 
 import click
 
+from ..attribution import attribute
 from ..demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+from ..report.text import render_text
 from ..session import Session
+from .attribute import build_report, write_reports
+from .progress import RolloutProgress
 from .show import render_table
 
 
@@ -22,7 +27,8 @@ from .show import render_table
     help="Folder for the demo store and reports (replaced on each run).",
 )
 def demo_command(out_dir: Path) -> None:
-    """Record a failing agent through OpenTelemetry, store it, verify it and summarise it."""
+    """The whole story: record a failing agent through OpenTelemetry, store and verify it,
+    attribute the failure (with a repair), write report.html and report.json, explain it."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -62,5 +68,26 @@ def demo_command(out_dir: Path) -> None:
         )
 
         click.secho("3. The recorded run", bold=True)
-        click.echo(render_table(session.load(traj.session_id)))
+        stored = session.load(traj.session_id)
+        click.echo(render_table(stored))
     provider.shutdown()
+
+    click.secho(
+        "4. Attributing the failure: counterfactual rollouts re-draw steps from each prefix",
+        bold=True,
+    )
+    started = time.perf_counter()
+    progress = RolloutProgress(support_agent)
+    with progress:
+        result = attribute(stored, support_agent, refund_approved, repair=True, executor=progress)
+    explanation = result.explain(stored)
+    data = build_report(result, stored, explanation)
+    json_path, html_path = write_reports(data, out_dir / "report")
+    click.echo(f"   {progress.status()} (attribution {time.perf_counter() - started:.2f}s)")
+    click.echo("")
+    click.echo(render_text(data))
+    click.echo("")
+    click.echo(explanation.to_text())
+    click.echo("")
+    click.echo(f"wrote {html_path} and {json_path}")
+    click.echo(f"next: open {html_path}, or browse the store with `agent-replay serve --db {db}`")

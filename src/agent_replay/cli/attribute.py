@@ -1,0 +1,245 @@
+"""``agent-replay attribute``: which step made a stored run fail, why, and the fix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..model import Trajectory
+from .common import (
+    agent_option,
+    db_option,
+    friendly_errors,
+    load_entrypoint,
+    open_store,
+    policy_option,
+    resolve_agent,
+    session_option,
+    verifier_option,
+)
+from .progress import RolloutProgress
+
+EXIT_DECIDED = 0
+EXIT_ERROR = 1
+EXIT_UNDECIDED = 3
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  a culprit was named (verdict separated or likely)
+  1  error (bad input, a run that passed in failure mode, export failed, ...)
+  2  usage error (bad option)
+  3  no culprit: verdict undecided or nothing to attribute
+"""
+
+
+def reports_dir_for(db: Path) -> Path:
+    """Where ``attribute`` keeps a copy of each report for ``agent-replay serve``."""
+    return db.with_name(db.name + ".reports")
+
+
+def report_file_name(session_id: str) -> str:
+    """A safe file name for a session's report (session ids are arbitrary text)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48].strip("._") or "session"
+    return f"{slug}-{hashlib.sha256(session_id.encode()).hexdigest()[:10]}.json"
+
+
+def build_report(result: Any, trajectory: Trajectory, explanation: Any) -> dict[str, Any]:
+    """The full JSON report: the result, its explanation and the recorded run."""
+    from ..report._data import trajectory_section
+
+    data = result.to_dict()
+    data["explanation"] = explanation.to_dict()
+    data["trajectory"] = trajectory_section(trajectory)
+    return data
+
+
+def write_reports(data: dict[str, Any], prefix: Path) -> tuple[Path, Path]:
+    """``PREFIX.json`` and ``PREFIX.html``; returns both paths."""
+    from ..report.html import write_html
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    json_path = prefix.with_name(prefix.name + ".json")
+    html_path = prefix.with_name(prefix.name + ".html")
+    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=repr) + "\n")
+    write_html(html_path, data)
+    return json_path, html_path
+
+
+def export_otlp(data: dict[str, Any], url: str) -> str:
+    """Send the verdict spans to an OTLP/HTTP endpoint; returns the attribution's trace id.
+
+    The spans are collected first and handed to the real exporter in one call, so a refused
+    or unreachable endpoint is reported as an error rather than logged and forgotten.
+    """
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ..report.otel import to_otel
+
+    endpoint = url.rstrip("/")
+    if not endpoint.endswith("/v1/traces"):
+        endpoint += "/v1/traces"
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "agent-replay"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    context = to_otel(data, provider, explanation=data.get("explanation"))
+    provider.shutdown()
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=10)
+    try:
+        outcome = exporter.export(memory.get_finished_spans())
+    finally:
+        exporter.shutdown()
+    if outcome is not SpanExportResult.SUCCESS:
+        raise click.ClickException(
+            f"could not export the verdict to {endpoint}: is an OTLP/HTTP receiver listening "
+            "there? (agent-replay collect, an OTel Collector, Jaeger, Phoenix ...)"
+        )
+    return format(context.trace_id, "032x")
+
+
+@click.command("attribute", epilog=EXIT_CODES_HELP)
+@db_option
+@session_option
+@agent_option
+@verifier_option
+@policy_option
+@click.option(
+    "--rollouts",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Cap on rollouts per evaluated prefix position.",
+)
+@click.option(
+    "--budget",
+    default=None,
+    type=click.IntRange(1),
+    help="Cap on live step executions (each is one LLM or tool call in real life).",
+)
+@click.option(
+    "--method",
+    default="contrastive",
+    show_default=True,
+    type=click.Choice(["contrastive", "shapley", "both"]),
+    help="Step effects (contrastive), Shapley values, or both.",
+)
+@click.option("--repair", is_flag=True, help="Search a minimal validated repair of the culprit.")
+@click.option(
+    "--mode",
+    default="failure",
+    show_default=True,
+    type=click.Choice(["failure", "credit"]),
+    help="failure: which step made it fail; credit: which step secured a success.",
+)
+@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 1))
+@click.option(
+    "--out",
+    "out_prefix",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write PREFIX.json and PREFIX.html.",
+)
+@click.option(
+    "--reports-dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also keep the JSON report here for `agent-replay serve` [default: DB.reports/].",
+)
+@click.option("--no-save", is_flag=True, help="Do not keep a copy in the reports folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report (for scripts).")
+@click.option("--no-explain", is_flag=True, help="Print the summary without the explanation.")
+@click.option(
+    "--export-otlp",
+    "otlp_url",
+    default=None,
+    metavar="URL",
+    help="Send the verdict as spans to an OTLP/HTTP endpoint (e.g. http://localhost:4318).",
+)
+def attribute_command(
+    db: Path,
+    session_id: str,
+    agent_spec: str | None,
+    verifier_spec: str | None,
+    policy_name: str | None,
+    rollouts: int,
+    budget: int | None,
+    method: str,
+    repair: bool,
+    mode: str,
+    confidence: float,
+    out_prefix: Path | None,
+    reports_dir: Path | None,
+    no_save: bool,
+    as_json: bool,
+    no_explain: bool,
+    otlp_url: str | None,
+) -> None:
+    """Find which step of a stored run made it fail, with counterfactual rollouts.
+
+    Prints the verdict (culprit step and agent, effect with interval, repair) and the
+    explanation; the report is kept in DB.reports/ for `agent-replay serve`.
+    """
+    from ..attribution import attribute
+
+    if verifier_spec is None:
+        raise click.UsageError(
+            "--verifier MODULE:FUNCTION is required: attribution scores every re-drawn run "
+            "with it (a function returning a score in [0, 1], 1 = success)"
+        )
+    verifier = load_entrypoint(verifier_spec, "--verifier")
+    with friendly_errors(), open_store(db) as store:
+        trajectory = store.load(session_id)
+    with friendly_errors():
+        agent = resolve_agent(agent_spec, trajectory, policy_name)
+    progress = RolloutProgress(agent, budget=budget)
+    # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
+    # other package errors into one-line messages with exit code 1
+    with friendly_errors(), progress:
+        result = attribute(
+            trajectory,
+            agent,
+            verifier,
+            rollouts=rollouts,
+            method=method,
+            repair=repair,
+            confidence=confidence,
+            budget=budget,
+            mode=mode,
+            executor=progress,
+        )
+    explanation = result.explain(trajectory)
+    data = build_report(result, trajectory, explanation)
+    written = []
+    if out_prefix is not None:
+        written += write_reports(data, out_prefix)
+    if not no_save:
+        folder = reports_dir or reports_dir_for(db)
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = folder / report_file_name(session_id)
+        saved.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=repr) + "\n")
+        written.append(saved)
+    trace_id = export_otlp(data, otlp_url) if otlp_url else None
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=repr))
+    else:
+        from ..report.text import render_text
+
+        click.echo(render_text(data))
+        if not no_explain:
+            click.echo("")
+            click.echo(explanation.to_text())
+        click.echo("")
+        for path in written:
+            click.echo(f"wrote {path}")
+        if trace_id:
+            click.echo(f"exported the verdict to {otlp_url} (trace {trace_id})")
+    sys.exit(EXIT_DECIDED if result.decided else EXIT_UNDECIDED)

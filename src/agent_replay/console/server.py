@@ -1,0 +1,64 @@
+"""The HTTP side of the console: ``ThreadingHTTPServer`` in front of :class:`Console`.
+
+Only ``GET`` and ``HEAD`` are served (the console is read-only); anything else is 405. Each
+request runs on its own thread; store reads go through the console's small fixed pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from .app import Console
+
+__all__ = ["make_server", "serve"]
+
+_log = logging.getLogger(__name__)
+
+
+def make_server(console: Console, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+    """A server bound to ``host:port`` (port 0 picks a free one); call ``serve_forever``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "agent-replay-console"
+        sys_version = ""
+
+        def _respond(self, head_only: bool) -> None:
+            response = console.handle(self.command, self.path)
+            self.send_response(response.status)
+            for name, value in response.headers():
+                self.send_header(name, value)
+            self.end_headers()
+            if not head_only:
+                self.wfile.write(response.body)
+
+        def do_GET(self) -> None:
+            self._respond(False)
+
+        def do_HEAD(self) -> None:
+            self._respond(True)
+
+        def do_POST(self) -> None:
+            self._respond(False)
+
+        do_PUT = do_DELETE = do_PATCH = do_POST
+
+        def log_message(self, format: str, *args: object) -> None:
+            _log.info("%s %s", self.address_string(), format % args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve(
+    db: str | Path, host: str = "127.0.0.1", port: int = 8765, reports_dir: str | Path | None = None
+) -> None:
+    """Serve the console until interrupted."""
+    with Console(db, reports_dir=reports_dir) as console:
+        server = make_server(console, host, port)
+        try:
+            server.serve_forever()
+        finally:
+            server.server_close()

@@ -1,0 +1,153 @@
+"""The one shape every renderer reads: the JSON report (``AttributionResult.to_dict()``).
+
+Renderers take an :class:`~agent_replay.attribution.AttributionResult` *or* its dict, so a
+report regenerated from a JSON file looks exactly like one rendered straight after the
+attribution. The recorded run travels in the optional ``trajectory`` key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..model import Trajectory
+
+__all__ = ["as_report", "binary_entropy", "jsonable", "trajectory_section"]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` if JSON can hold it, else its ``repr`` (recorded content is arbitrary)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def trajectory_section(trajectory: Trajectory) -> dict[str, Any]:
+    """The recorded run as the report's ``trajectory`` key (content included)."""
+    return {
+        "session_id": trajectory.session_id,
+        "head_hash": trajectory.head_hash,
+        "source": trajectory.source,
+        "task": jsonable(trajectory.task),
+        "seed": trajectory.seed,
+        "outcome": None if trajectory.outcome is None else jsonable(trajectory.outcome.to_dict()),
+        "lineage": None if trajectory.lineage is None else jsonable(trajectory.lineage.to_dict()),
+        "capture": jsonable(dict(trajectory.metadata.get("capture") or {})) or None,
+        "steps": [
+            {
+                "index": s.index,
+                "kind": s.kind.value,
+                "name": s.name,
+                "agent": s.agent,
+                "inputs": jsonable(s.inputs),
+                "action": jsonable(s.action),
+                "observation": jsonable(s.observation) if s.observed else None,
+                "observed": s.observed,
+                "error": jsonable(dict(s.error)) if s.error else None,
+                "side_effects": s.side_effects,
+                "resamplable": s.resamplable,
+                "step_hash": s.step_hash,
+                "trace_id": s.trace_id,
+                "span_id": s.span_id,
+            }
+            for s in trajectory.steps
+        ],
+    }
+
+
+def as_report(
+    result: Any, trajectory: Trajectory | Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The report dict of ``result`` (an AttributionResult or an already-loaded report), with
+    the ``trajectory`` section added when ``trajectory`` is given. Never mutates its input."""
+    if isinstance(result, Mapping):
+        data = dict(result)
+    elif hasattr(result, "to_dict"):
+        data = result.to_dict()
+    else:
+        raise TypeError(f"expected an AttributionResult or a report dict, got {type(result)!r}")
+    if isinstance(trajectory, Trajectory):
+        data["trajectory"] = trajectory_section(trajectory)
+    elif isinstance(trajectory, Mapping):
+        data["trajectory"] = dict(trajectory)
+    return data
+
+
+def binary_entropy(p: float | None) -> float | None:
+    """H(p) in bits: how undecided the outcome still is at a prefix (1 = a coin flip)."""
+    if p is None or not isinstance(p, (int, float)) or math.isnan(p):
+        return None
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def fmt_effect(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}"
+
+
+def fmt_interval(interval: Mapping[str, Any] | None, signed: bool = True) -> str:
+    if not interval:
+        return ""
+    spec = "+.2f" if signed else ".2f"
+    return f"[{format(interval['low'], spec)}, {format(interval['high'], spec)}]"
+
+
+def fmt_rate(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.0%}"
+
+
+def _message_text(value: Any) -> str | None:
+    """``role: text`` for OTel GenAI message lists (the common LLM step shape), else None."""
+    if not (isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value)):
+        return None
+    if not all("parts" in m for m in value):
+        return None
+    out = []
+    for message in value:
+        for part in message.get("parts") or ():
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "tool_call":
+                args = json.dumps(part.get("arguments"), ensure_ascii=False, default=repr)
+                out.append(f"{message.get('role', '?')}: {part.get('name')}({args})")
+            elif isinstance(part.get("content"), str):
+                out.append(f"{message.get('role', '?')}: {part['content']}")
+            elif part.get("type") == "tool_call_response":
+                out.append(f"tool: {part.get('response')}")
+    return " | ".join(out) if out else None
+
+
+def preview(value: Any, width: int = 60) -> str:
+    """One-line preview of recorded content (chat messages shown as ``role: text``)."""
+    if value is None:
+        return "-"
+    messages = _message_text(value)
+    if messages is None and isinstance(value, Mapping):
+        messages = _message_text(value.get("messages"))
+    text = (
+        messages
+        if messages is not None
+        else value
+        if isinstance(value, str)
+        else json.dumps(value, ensure_ascii=False, default=repr)
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def step_content(data: Mapping[str, Any], index: int) -> Mapping[str, Any] | None:
+    """The recorded step ``index`` from the report's ``trajectory`` section, if present."""
+    traj = data.get("trajectory") or {}
+    steps = traj.get("steps") or []
+    return steps[index] if 0 <= index < len(steps) else None
+
+
+def curve_value(data: Mapping[str, Any], position: int) -> Mapping[str, Any] | None:
+    return next((p for p in data.get("curve") or () if p["position"] == position), None)

@@ -1,0 +1,443 @@
+"""``explain``: what failed, where, why, and the fix - in words a person can act on.
+
+Everything is derived from the report (the prefix failure curve and the step effects), so an
+explanation of a report loaded from JSON is the same as one made right after the attribution.
+The causal trace walks from the first step to the *point of no return*: the first evaluated
+prefix position ``p`` from which the failure rate stays where the factual replays put it
+(every later ``F(q)`` interval covers ``F(n)``, and ``F(p) >= 0.5``). Steps from ``p`` on are
+*locked in*: re-drawing them no longer changes the outcome. Steps the search did not isolate
+are reported with the effect of their segment, never with a made-up per-step number.
+
+Pure functions on immutable data: safe to call from any thread. Raises ``TypeError`` for
+something that is neither a result nor a report dict.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import Trajectory
+from ._data import as_report, curve_value, fmt_effect, fmt_interval, fmt_rate, preview, step_content
+
+__all__ = ["ROLES", "Explanation", "TraceEntry", "explain", "point_of_no_return"]
+
+ROLES = (
+    "decisive",  # the culprit: its recorded action raised the failure probability most
+    "contributing",  # raised it too (significantly or not; the note says)
+    "protective",  # its recorded action lowered the failure probability
+    "neutral",  # no measurable effect
+    "unresolved",  # inside a segment with an effect the search did not split
+    "locked-in",  # at or after the point of no return
+    "observation-only",  # held in every rollout (no policy, or side effects): not scored
+)
+
+#: effects smaller than this (in probability) are "no measurable effect" in the wording
+NEGLIGIBLE = 0.02
+_TOL = 0.01  # slack when comparing F(q) to F(n)
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One step of the causal trace and its role (one of :data:`ROLES`)."""
+
+    index: int
+    label: str
+    agent: str | None
+    role: str
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "label": self.label,
+            "agent": self.agent,
+            "role": self.role,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """what / where / why / fix, the causal trace and the caveats that bound the verdict."""
+
+    verdict: str
+    what: str
+    where: str
+    why: str
+    fix: str
+    trace: tuple[TraceEntry, ...]
+    point_of_no_return: int | None
+    caveats: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "what": self.what,
+            "where": self.where,
+            "why": self.why,
+            "fix": self.fix,
+            "trace": [t.to_dict() for t in self.trace],
+            "point_of_no_return": self.point_of_no_return,
+            "caveats": list(self.caveats),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Explanation:
+        return cls(
+            verdict=data["verdict"],
+            what=data["what"],
+            where=data["where"],
+            why=data["why"],
+            fix=data["fix"],
+            trace=tuple(TraceEntry(**t) for t in data.get("trace") or ()),
+            point_of_no_return=data.get("point_of_no_return"),
+            caveats=tuple(data.get("caveats") or ()),
+        )
+
+    def to_text(self, width: int = 96) -> str:
+        def para(head: str, body: str) -> list[str]:
+            return textwrap.wrap(
+                body, width, initial_indent=f"{head:<7}", subsequent_indent=" " * 7
+            ) or [head]
+
+        lines = ["Explanation"]
+        lines += para("What", self.what)
+        lines += para("Where", self.where)
+        lines += para("Why", self.why)
+        lines += para("Fix", self.fix)
+        if self.trace:
+            lines.append("Causal trace (first action → point of no return):")
+            for t in self.trace:
+                if t.index == self.point_of_no_return:
+                    lines.append(f"  ---- point of no return: from step {t.index} on ----")
+                body = f"{t.label} ({t.agent or '-'}) · {t.role}: {t.note}"
+                lines.append(f"  {t.index:>3} " + textwrap.shorten(body, width, placeholder="…"))
+        for caveat in self.caveats:
+            lines += textwrap.wrap(caveat, width, initial_indent="  ! ", subsequent_indent="    ")
+        return "\n".join(lines)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def point_of_no_return(curve: Sequence[Mapping[str, Any]], n: int) -> int | None:
+    """The first evaluated position from which the failure stays locked in (see the module
+    docstring); ``None`` when the factual replays do not reproduce the failure."""
+    points = sorted(
+        (p for p in curve if _finite(p.get("failure_rate"))), key=lambda p: p["position"]
+    )
+    final = next((p for p in points if p["position"] == n), None)
+    if final is None or final["failure_rate"] < 0.5:
+        return None
+    target = final["failure_rate"]
+    found = n
+    for point in reversed(points):
+        interval = point["interval"]
+        settled = (
+            point["failure_rate"] >= 0.5
+            and interval["low"] - _TOL <= target <= interval["high"] + _TOL
+        )
+        if not settled:
+            break
+        found = point["position"]
+    return found
+
+
+def explain(result: Any, trajectory: Trajectory | Mapping[str, Any] | None = None) -> Explanation:
+    """The explanation of an attribution (``AttributionResult`` or report dict); pass the
+    trajectory (or rely on the report's ``trajectory`` key) to quote recorded content."""
+    data = as_report(result, trajectory)
+    n = int(data["n_steps"])
+    credit = data.get("mode") == "credit"
+    event = "success" if credit else "failure"
+    steps = data.get("steps") or []
+    culprit = data.get("culprit_index")
+    pnr = point_of_no_return(data.get("curve") or [], n)
+    trace = tuple(_trace(data, steps, culprit, pnr, event))
+    return Explanation(
+        verdict=str(data["verdict"]),
+        what=_what(data, event),
+        where=_where(data, steps, culprit),
+        why=_why(data, steps, culprit, pnr, event),
+        fix=_fix(data, culprit),
+        trace=trace,
+        point_of_no_return=pnr,
+        caveats=tuple(_caveats(data)),
+    )
+
+
+# -- the parts ------------------------------------------------------------------------------
+
+
+def _label(step: Mapping[str, Any]) -> str:
+    return f"{step['kind']}:{step['name']}"
+
+
+def _what(data: Mapping[str, Any], event: str) -> str:
+    traj = data.get("trajectory") or {}
+    outcome = traj.get("outcome") or {}
+    session = data["session_id"]
+    fidelity = data.get("fidelity") or {}
+    verb = "succeeded" if event == "success" else "failed"
+    parts = [f"Session {session} {verb}"]
+    if _finite(outcome.get("score")):
+        parts[0] += f" (verifier score {outcome['score']:.2f})"
+    if outcome.get("error"):
+        err = outcome["error"]
+        parts.append(
+            f"the agent raised {err.get('type', 'an error')}: {preview(err.get('message'), 80)}"
+        )
+    if traj.get("task") is not None:
+        parts.append(f"task {preview(traj['task'], 90)}")
+    if _finite(fidelity.get("failure_rate")):
+        rate = fidelity["failure_rate"] if event == "failure" else 1 - fidelity["failure_rate"]
+        parts.append(
+            f"factual replays reproduce the {event} {fmt_rate(rate)} of "
+            f"{fidelity.get('replays', 0)} times"
+        )
+    return "; ".join(parts) + "."
+
+
+def _strength(data: Mapping[str, Any]) -> str:
+    verdict = data["verdict"]
+    fdr = data.get("fdr") or {}
+    if verdict == "separated":
+        level = fdr.get("separation_confidence")
+        at = f" at {level:.1%} simultaneous confidence" if _finite(level) else ""
+        return f"separated: its effect is larger than every other step's{at}"
+    if verdict == "likely":
+        return (
+            f"likely: its effect is significantly positive but not yet separated from every "
+            f"other step (search stopped: {data.get('stop_reason')})"
+        )
+    return str(verdict)
+
+
+def _where(data: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], culprit: int | None) -> str:
+    if data["verdict"] == "nothing to attribute":
+        return "Nothing to attribute: no step of this run can be re-drawn."
+    if culprit is not None:
+        step = steps[culprit]
+        agent = f", agent {step['agent']}" if step.get("agent") else ""
+        return (
+            f"Step {culprit} · {_label(step)}{agent}: effect {fmt_effect(step.get('effect'))} "
+            f"{fmt_interval(step.get('interval'))} - {_strength(data)}."
+        )
+    best = _leading_candidate(steps)
+    text = (
+        f"Undecided: no step's effect is significantly positive "
+        f"(search stopped: {data.get('stop_reason')})."
+    )
+    if best is not None:
+        lo, hi = best["segment"]
+        if hi - lo == 1:
+            text += (
+                f" The largest estimated effect is step {lo} · {_label(best)} "
+                f"({fmt_effect(best.get('segment_effect'))} "
+                f"{fmt_interval(best.get('segment_interval'))})."
+            )
+        else:
+            text += (
+                f" The largest estimated effect sits in steps {lo}-{hi - 1}, which the search did "
+                f"not split ({fmt_effect(best.get('segment_effect'))} "
+                f"{fmt_interval(best.get('segment_interval'))})."
+            )
+    return text
+
+
+def _leading_candidate(steps: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    scored = [
+        s for s in steps if not s.get("observation_only") and _finite(s.get("segment_effect"))
+    ]
+    if not scored:
+        return None
+    best = max(scored, key=lambda s: s["segment_effect"])
+    return best if best["segment_effect"] > NEGLIGIBLE else None
+
+
+def _why(
+    data: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    culprit: int | None,
+    pnr: int | None,
+    event: str,
+) -> str:
+    n = int(data["n_steps"])
+    start, end = curve_value(data, 0), curve_value(data, n)
+    if culprit is None:
+        parts = []
+        if end is not None and _finite(end["failure_rate"]) and end["failure_rate"] < 0.5:
+            parts.append(
+                f"Replaying the recorded run reproduces the {event} only "
+                f"{fmt_rate(end['failure_rate'])} of the time, so there is little to attribute: "
+                "check replay fidelity first (non-deterministic tools, judge or agent code)."
+            )
+        if start is not None and _finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
+            parts.append(
+                f"Even with every step re-drawn the {event} rate is F(0) = "
+                f"{fmt_rate(start['failure_rate'])}: the outcome comes from the task, the "
+                "environment or the verifier more than from any one step's choice."
+            )
+        if not parts:
+            parts.append(
+                "The evidence does not single out one step: effects may be small, spread over "
+                "several steps, or need more rollouts (raise --rollouts or --budget)."
+            )
+        return " ".join(parts)
+    step = steps[culprit]
+    before, after = curve_value(data, culprit), curve_value(data, culprit + 1)
+    content = step_content(data, culprit)
+    action = content.get("action") if content else step.get("action")
+    text = (
+        f"With the steps before {culprit} held and the rest re-drawn, the run's {event} rate is "
+        f"F({culprit}) = {fmt_rate(before and before['failure_rate'])}; holding the recorded "
+        f"action of step {culprit} too ({preview(action, 70)}) makes it "
+        f"F({culprit + 1}) = {fmt_rate(after and after['failure_rate'])}."
+    )
+    if content and content.get("inputs") is not None:
+        text += f" The step saw {preview(content['inputs'], 90)}."
+    rescuers = [
+        s
+        for s in steps[culprit + 1 : pnr if pnr is not None else n]
+        if not s.get("observation_only")
+        and s.get("effect") is not None
+        and abs(s["effect"]) > NEGLIGIBLE
+    ]
+    if rescuers:
+        text += (
+            " Later, "
+            + "; ".join(
+                f"step {s['index']} ({_label(s)}) moved it by {fmt_effect(s['effect'])} "
+                f"{fmt_interval(s.get('interval'))}"
+                for s in rescuers[:3]
+            )
+            + "."
+        )
+    if pnr is not None and pnr <= n:
+        where = "the end of the run" if pnr == n else f"step {pnr}"
+        text += (
+            f" From {where} on the {event} is locked in (F stays at the factual "
+            f"{fmt_rate(end and end['failure_rate'])})."
+        )
+    poc = data.get("poc_index")
+    if poc is not None and poc != culprit:
+        text += (
+            f" (The published package's Point-of-Commitment rule would have named step {poc}: "
+            "the latest step whose re-decision can still rescue the run, not the one that "
+            "introduced the error.)"
+        )
+    return text
+
+
+def _fix(data: Mapping[str, Any], culprit: int | None) -> str:
+    repair = data.get("repair")
+    if repair:
+        interval = repair.get("interval")
+        measured = (
+            f"the run fails {fmt_rate(repair['failure_rate'])} "
+            f"{fmt_interval(interval, signed=False)} of {repair['rollouts']} rollouts"
+        )
+        if repair.get("valid"):
+            return (
+                f"Replace the action of step {repair['step']} ({repair['label']}) "
+                f"{preview(repair['original'], 60)} with {preview(repair['replacement'], 60)}: "
+                f"with it {measured}, below the {fmt_rate(repair['threshold'])} threshold "
+                f"(candidate from {repair['source']}, minimality {repair['minimality']:.2f}). "
+                "Turn it into a deploy-time guard with result.repair.to_guard(), or fix what "
+                "produced the action (prompt, policy data, tool)."
+            )
+        return (
+            f"No validated repair: the best candidate for step {repair['step']} "
+            f"({preview(repair['replacement'], 60)}) still leaves {measured} (threshold "
+            f"{fmt_rate(repair['threshold'])}). Offer candidates (repair_candidates=) or a "
+            "propose_fn."
+        )
+    if culprit is not None:
+        return (
+            f"No repair was searched or found for step {culprit}: rerun with repair=True "
+            "(CLI: --repair), or give candidate actions (repair_candidates=)."
+        )
+    return (
+        "No fix to propose without a culprit: raise --rollouts or --budget, or make the replay "
+        "reproduce the failure first."
+    )
+
+
+def _trace(
+    data: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    culprit: int | None,
+    pnr: int | None,
+    event: str,
+) -> list[TraceEntry]:
+    out = []
+    for step in steps:
+        i = step["index"]
+        role, note = _role(step, culprit, pnr, event, data)
+        out.append(TraceEntry(i, _label(step), step.get("agent"), role, note))
+    return out
+
+
+def _role(
+    step: Mapping[str, Any],
+    culprit: int | None,
+    pnr: int | None,
+    event: str,
+    data: Mapping[str, Any],
+) -> tuple[str, str]:
+    i = step["index"]
+    effect, interval = step.get("effect"), step.get("interval")
+    lo, hi = step["segment"]
+    if step.get("observation_only"):
+        why = "side effects" if step.get("side_effects") else "no resample policy"
+        return "observation-only", f"held in every rollout ({why}); not scored"
+    if pnr is not None and i >= pnr:
+        return (
+            "locked-in",
+            f"after the point of no return: re-drawing it leaves the {event} in place",
+        )
+    if i == culprit:
+        return (
+            "decisive",
+            f"effect {fmt_effect(effect)} {fmt_interval(interval)}; {data['verdict']}",
+        )
+    if hi - lo == 1 and effect is not None:
+        shown = f"effect {fmt_effect(effect)} {fmt_interval(interval)}"
+        significant = bool(interval) and interval["low"] > 0
+        if effect > NEGLIGIBLE:
+            return "contributing", shown + ("; significant" if significant else "; not significant")
+        if effect < -NEGLIGIBLE:
+            return "protective", shown + f"; its recorded action made the {event} less likely"
+        return "neutral", shown + "; no measurable effect"
+    total = step.get("segment_effect")
+    where = f"in steps {lo}-{hi - 1} (not split by the search)"
+    if _finite(total) and abs(total) > NEGLIGIBLE:
+        return "unresolved", (
+            f"{where}: together {fmt_effect(total)} {fmt_interval(step.get('segment_interval'))}"
+        )
+    return "neutral", f"{where}: together {fmt_effect(total)}; no measurable effect"
+
+
+def _caveats(data: Mapping[str, Any]) -> list[str]:
+    out: list[str] = list(data.get("warnings") or ())
+    fidelity = data.get("fidelity") or {}
+    if fidelity.get("warning") and fidelity["warning"] not in out:
+        out.append(fidelity["warning"])
+    rate = data.get("divergence_rate") or 0
+    if rate > 0:
+        out.append(
+            f"{rate:.0%} of rollouts diverged from the recorded control flow and ran live past "
+            "the divergence"
+        )
+    exceptions = data.get("exceptions") or {}
+    if exceptions:
+        out.append(
+            "the agent raised in some rollouts (counted as failures): "
+            + ", ".join(f"{k} x{v}" for k, v in sorted(exceptions.items()))
+        )
+    return out

@@ -1,0 +1,275 @@
+"""Reports: schema, text, explanation, HTML (escaping, offline) - on real attributions."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from agent_replay.report import (
+    ReportSchemaError,
+    explain,
+    point_of_no_return,
+    render_html,
+    render_text,
+    validate_report,
+)
+from agent_replay.report._data import trajectory_section
+from agent_replay.report.html import embed_json
+from surface_helpers import XSS_IMG, XSS_SCRIPT, assert_valid_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def full_report(traj, result):
+    data = result.to_dict()
+    data["explanation"] = explain(result, traj).to_dict()
+    data["trajectory"] = trajectory_section(traj)
+    return data
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+def test_every_shape_of_report_validates(demo_attribution, evil_attribution):
+    for traj, result in (demo_attribution, evil_attribution):
+        assert_valid_report(result.to_dict())
+        assert_valid_report(full_report(traj, result))
+        assert_valid_report(json.loads(result.to_json(explanation=result.explain(traj))))
+        validate_report(full_report(traj, result))
+
+
+def test_schema_catches_drift(demo_attribution):
+    traj, result = demo_attribution
+    good = full_report(traj, result)
+    broken = []
+    missing = copy.deepcopy(good)
+    del missing["verdict"]
+    broken.append(missing)
+    extra = copy.deepcopy(good)
+    extra["new_field_nobody_documented"] = 1
+    broken.append(extra)
+    wrong = copy.deepcopy(good)
+    wrong["steps"][0]["effect"] = "big"
+    broken.append(wrong)
+    role = copy.deepcopy(good)
+    role["explanation"]["trace"][0]["role"] = "villain"
+    broken.append(role)
+    for data in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            assert_valid_report(data)
+        with pytest.raises(ReportSchemaError):
+            validate_report(data)
+    old = copy.deepcopy(good)
+    old["schema_version"] = "0.9"
+    with pytest.raises(ReportSchemaError, match="schema_version"):
+        validate_report(old)
+
+
+def test_schema_version_matches_the_code():
+    from agent_replay.attribution.result import REPORT_SCHEMA_VERSION
+    from agent_replay.report import load_schema
+
+    assert load_schema()["properties"]["schema_version"]["const"] == REPORT_SCHEMA_VERSION
+
+
+@pytest.mark.slow
+def test_schema_ships_in_the_wheel(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if out.returncode != 0 and "hatchling" in out.stderr:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "-q",
+                "-w",
+                str(tmp_path),
+                str(ROOT),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "agent_replay/report/attribution.schema.json" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pytest11]" in text and "agent_replay.pytest_plugin" in text
+
+
+# -- text and explanation --------------------------------------------------------------------
+
+
+def test_text_summary_puts_the_verdict_first(demo_attribution):
+    traj, result = demo_attribution
+    text = render_text(result, traj)
+    lines = text.splitlines()
+    assert lines[2].startswith("CULPRIT  step 2 · llm:choose_policy · agent policy")
+    assert "separated" in lines[4]
+    assert "REPAIR   step 2: refund_policy_2019 -> refund_policy_2026" in text
+    assert re.search(r"^> 2  llm:choose_policy .*\|#+", text, re.M)
+    assert "COST" in text and "FIDELITY" in text and "WARNING" in text
+    assert result.to_text(traj) == text
+    # from the JSON, the same text
+    assert render_text(json.loads(result.to_json()), trajectory_section(traj)) == text
+
+
+def test_explanation_of_the_demo(demo_attribution):
+    traj, result = demo_attribution
+    ex = result.explain(traj)
+    assert ex.verdict == "separated"
+    assert "Step 2 · llm:choose_policy" in ex.where
+    assert "refund_policy_2019" in ex.why and "F(2)" in ex.why and "F(3)" in ex.why
+    assert "refund_policy_2026" in ex.fix
+    roles = {t.index: t.role for t in ex.trace}
+    assert roles[2] == "decisive"
+    assert roles[6] == "observation-only"
+    assert roles[0] == roles[1] == "neutral"
+    assert ex.point_of_no_return == 6
+    assert list(roles.values()).count("decisive") == 1
+    text = ex.to_text()
+    assert text.index("What") < text.index("Where") < text.index("Why") < text.index("Fix")
+    assert "point of no return" in text
+
+
+def test_explanation_is_honest_when_undecided(demo_attribution):
+    traj, result = demo_attribution
+    data = result.to_dict()
+    data.update(
+        culprit_index=None,
+        culprit_agent=None,
+        culprit_label=None,
+        verdict="undecided",
+        stop_reason="budget",
+        repair=None,
+        decisive=[],
+    )
+    for step in data["steps"]:
+        step["decisive"] = False
+    ex = explain(data, traj)
+    assert ex.where.startswith("Undecided")
+    assert "step 2" in ex.where  # the leading candidate is named, not crowned
+    assert "decisive" not in {t.role for t in ex.trace}
+    assert "No fix to propose" in ex.fix
+    assert_valid_report({**data, "explanation": ex.to_dict()})
+
+
+def test_point_of_no_return():
+    def curve(*rates):
+        return [
+            {
+                "position": i,
+                "failure_rate": r,
+                "interval": {"low": max(0, r - 0.05), "high": min(1, r + 0.05)},
+            }
+            for i, r in enumerate(rates)
+        ]
+
+    assert point_of_no_return(curve(0.1, 0.1, 0.9, 1.0, 1.0), 4) == 3
+    assert point_of_no_return(curve(1.0, 1.0, 1.0), 2) == 0  # locked in from the start
+    assert point_of_no_return(curve(0.0, 0.1, 0.2), 2) is None  # replay does not reproduce
+    assert point_of_no_return(curve(0.0, 0.5, 1.0), 2) == 2
+
+
+# -- HTML -------------------------------------------------------------------------------------
+
+
+class Inventory(HTMLParser):
+    """Every tag, attribute and script element of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.attrs, self.scripts, self._in_script = [], [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+        if tag == "script":
+            self._in_script = dict(attrs)
+            self.scripts.append([dict(attrs), ""])
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = None
+
+    def handle_data(self, data):
+        if self._in_script is not None:
+            self.scripts[-1][1] += data
+
+
+def test_html_escapes_every_recorded_value(evil_attribution):
+    traj, result = evil_attribution
+    page = render_html(result, traj)
+    assert XSS_SCRIPT not in page and XSS_IMG not in page
+    assert "<svg onload" not in page and "</script><script>" not in page
+    inv = Inventory()
+    inv.feed(page)
+    # the only script is the inert JSON block, and no element carries an event handler
+    assert [s[0] for s in inv.scripts] == [
+        {"type": "application/json", "id": "agent-replay-report"}
+    ]
+    assert not [name for name, _ in inv.attrs if name.startswith("on")]
+    assert "img" not in inv.tags
+    # the embedded JSON parses back to the report, payloads intact
+    embedded = json.loads(inv.scripts[0][1])
+    assert embedded["session_id"] == traj.session_id
+    assert embedded["trajectory"]["steps"][0]["name"] == XSS_SCRIPT
+    assert_valid_report(embedded)
+    # and the payload text is visible to a reader, escaped
+    assert "&lt;script&gt;window.__pwned" in page
+
+
+def test_html_is_offline_and_complete(demo_attribution, tmp_path):
+    traj, result = demo_attribution
+    path = tmp_path / "report.html"
+    page = result.to_html(path, traj)
+    assert path.read_text() == page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)
+    assert "Content-Security-Policy" in page
+    for anchor in ('id="verdict"', 'id="timeline"', 'id="curves"', 'id="cost"', "<details>"):
+        assert anchor in page
+    assert page.index('id="verdict"') < page.index('id="timeline"') < page.index('id="curves"')
+    assert page.count("<svg") >= len(traj.steps) + 1
+    assert "Culprit: step 2 · llm:choose_policy" in page
+
+
+def test_html_regenerates_identically_from_json(demo_attribution):
+    traj, result = demo_attribution
+    direct = render_html(result, traj)
+    loaded = json.loads(result.to_json(trajectory=trajectory_section(traj)))
+    assert render_html(loaded) == direct
+
+
+def test_embed_json_cannot_close_the_script():
+    text = embed_json({"a": "</script><script>alert(1)</script>", "b": "\u2028&"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text)["a"].startswith("</script>")
