@@ -49,6 +49,7 @@ __all__ = [
     "parse_json_bytes",
     "read_otlp_json",
     "read_otlp_proto",
+    "span_from_json",
     "split_length_prefixed",
 ]
 
@@ -336,6 +337,17 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
         dropped_attributes=_uint(dropped, "droppedAttributesCount"),
         dropped_events=_uint(dropped_events, "droppedEventsCount"),
     )
+
+
+def span_from_json(
+    span: Any, resource: dict | None = None, scope_name: str = "", scope_version: str = ""
+) -> NormalizedSpan:
+    """One OTLP/JSON span object (``{"traceId", "spanId", ...}``) as a NormalizedSpan;
+    raises :class:`Malformed` naming what is wrong."""
+    try:
+        return _json_span(span, resource or {}, scope_name, scope_version)
+    except _Reject as exc:
+        raise Malformed(str(exc)) from None
 
 
 def _json_event(e: Any) -> SpanEvent:
