@@ -10,6 +10,7 @@ import click
 
 from .._version import __version__
 from .demo import demo_command
+from .import_ import import_command
 from .sessions import sessions_command
 from .show import show_command
 from .verify import verify_command
@@ -23,3 +24,4 @@ def main() -> None:
 
 for command in (demo_command, sessions_command, show_command, verify_command):
     main.add_command(command)
+main.add_command(import_command)

@@ -179,6 +179,10 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
     if not head:
         raise ImportFormatError("empty input", source=name)
     if head[:1] not in (b"{", b"["):
+        if _is_text(head):
+            raise ImportFormatError(
+                "text that is neither JSON nor OTLP protobuf (not a trace file?)", source=name
+            )
         return "otlp-proto", None
     if any(key in head for key in _OTLP_KEYS):
         return "otlp-json", None
@@ -197,6 +201,19 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
         return fmt, docs
     first = next((d for _, d in docs if isinstance(d, ImportFormatError)), None)
     raise first or ImportFormatError("no JSON document found", source=name)
+
+
+def _is_text(head: bytes) -> bool:
+    """Printable UTF-8: protobuf's random id bytes practically never are."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # the 4 KiB cut may split a character; judge what came before it
+        try:
+            text = head[:-4].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return all(c.isprintable() or c in "\t\n\r" for c in text)
 
 
 def _located(exc: Reject | Malformed, name: str, position: str) -> ImportFormatError:

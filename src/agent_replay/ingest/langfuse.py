@@ -51,6 +51,9 @@ def _observation(obs: Any, trace_id: str, position: str) -> MappedSpan:
     resource = metadata.get("resourceAttributes")
     scope = metadata.get("scope")
     scope = scope if isinstance(scope, dict) else {}
+    parent = obs.get("parentObservationId")
+    if parent is not None and not isinstance(parent, str):
+        raise Reject("parentObservationId must be a string", position)
     level = obs.get("level")
     name = _text(obs.get("name"))
     start = timestamp_ns(obs.get("startTime")) or 0
@@ -58,7 +61,7 @@ def _observation(obs: Any, trace_id: str, position: str) -> MappedSpan:
         trace_id=_text(obs.get("traceId") or trace_id),
         span_id=ident,
         name=name,
-        parent_span_id=obs.get("parentObservationId") or None,
+        parent_span_id=parent or None,
         start_ns=start,
         end_ns=timestamp_ns(obs.get("endTime")) or start,
         status_code=2 if level == "ERROR" else 0,

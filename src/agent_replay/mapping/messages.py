@@ -90,6 +90,11 @@ def call_id(value: Any) -> str | None:
     return str(value)
 
 
+def _type(data: dict) -> str | None:
+    kind = data.get("type")
+    return kind if isinstance(kind, str) else None
+
+
 def _role(value: Any, default: str) -> str:
     if not isinstance(value, str) or not value:
         return default
@@ -150,7 +155,7 @@ def normalize_part(part: Any) -> dict[str, Any] | None:
         return _text(part)
     if not isinstance(part, dict):
         return None if part is None else _text(part)
-    kind = part.get("type")
+    kind = _type(part)
     if kind in _TEXT_TYPES:
         content = part.get("content", part.get("text"))
         return _text("" if content is None else content)
@@ -244,7 +249,7 @@ def normalize_message(data: Any, default_role: str = "user") -> dict[str, Any] |
         return text_message(default_role, data)
     if not isinstance(data, dict):
         return None
-    kind = data.get("type")
+    kind = _type(data)
     if data.get("lc") is not None or (
         kind in ("human", "ai", "system", "tool", "chat") and ("content" in data or "data" in data)
     ):
