@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
+from .collect import collect_command
 from .demo import demo_command
 from .import_ import import_command
 from .sessions import sessions_command
@@ -25,3 +26,4 @@ def main() -> None:
 for command in (demo_command, sessions_command, show_command, verify_command):
     main.add_command(command)
 main.add_command(import_command)
+main.add_command(collect_command)
