@@ -77,7 +77,6 @@ _STATUS = {
     "ERROR": 2,
 }
 _REMOTE_PARENT = 0x300  # SpanFlags: CONTEXT_HAS_IS_REMOTE | CONTEXT_IS_REMOTE
-_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass
@@ -116,17 +115,25 @@ class Malformed(Exception):
 # -- shared scalar checks ---------------------------------------------------------------------
 
 
+_ZERO_HEX = {32: "0" * 32, 16: "0" * 16}
+_ZERO_BYTES = {16: bytes(16), 8: bytes(8)}
+
+
 def _hex_id(value: Any, length: int, what: str) -> str:
     if type(value) is not str or len(value) != length:
         raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}")
     lowered = value.lower()
-    if not _HEX.issuperset(lowered) or lowered == "0" * length:
-        raise _Reject(f"{what} must be {length} non-zero hex digits, got {_short(value)}")
+    try:
+        bytes.fromhex(lowered)  # C-speed validation; the hex text is what we keep
+    except ValueError:
+        raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}") from None
+    if lowered == _ZERO_HEX[length]:
+        raise _Reject(f"{what} must not be all zeros")
     return lowered
 
 
 def _bytes_id(value: bytes, length: int, what: str) -> str:
-    if len(value) != length or not any(value):
+    if len(value) != length or value == _ZERO_BYTES[length]:
         raise _Reject(f"{what} must be {length} non-zero bytes, got {len(value)} bytes")
     return value.hex()
 
@@ -263,19 +270,27 @@ def _attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
         raise _Reject(f"attributes must be a list, got {_short(kvs)}")
     out: dict[str, Any] = {}
     for kv in kvs:
-        if type(kv) is not dict:
-            raise _Reject(f"attribute must be an object, got {_short(kv)}")
-        key = kv.get("key")
+        try:
+            key = kv["key"]
+            value = kv["value"]
+            text = value.get("stringValue")
+        except (KeyError, TypeError, AttributeError):
+            key, value, text = _slow_key_value(kv)
         if type(key) is not str:
             raise _Reject(f"attribute key must be a string, got {_short(key)}")
-        value = kv.get("value")
-        if type(value) is dict and len(value) == 1:
-            text = value.get("stringValue")
-            if type(text) is str:
-                out[key] = text
-                continue
-        out[key] = _any(value, depth)
+        if type(text) is str and len(value) == 1:
+            out[key] = text
+        else:
+            out[key] = _any(value, depth)
     return out
+
+
+def _slow_key_value(kv: Any) -> tuple[Any, Any, None]:
+    """``(key, value, None)`` of a KeyValue the fast path could not read (missing value,
+    not an object): the value then goes through :func:`_any`, which says what is wrong."""
+    if type(kv) is not dict:
+        raise _Reject(f"attribute must be an object, got {_short(kv)}")
+    return kv.get("key"), kv.get("value"), None
 
 
 def _join(prefix: str, path: str) -> str:
@@ -299,43 +314,73 @@ def _list(obj: Any, camel: str, snake: str, where: str) -> list:
     return value
 
 
+_SNAKE = {
+    "traceId": "trace_id",
+    "spanId": "span_id",
+    "parentSpanId": "parent_span_id",
+    "startTimeUnixNano": "start_time_unix_nano",
+    "endTimeUnixNano": "end_time_unix_nano",
+    "droppedAttributesCount": "dropped_attributes_count",
+    "droppedEventsCount": "dropped_events_count",
+}
+
+
+def _camel(s: dict) -> dict:
+    """A span written with proto field names (snake_case) under the JSON names."""
+    return {**s, **{camel: s[snake] for camel, snake in _SNAKE.items() if snake in s}}
+
+
 def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> NormalizedSpan:
+    # the hot path of every OTLP/JSON import: plain dict lookups, checks only where a wrong
+    # type would otherwise slip through into the span
     if type(s) is not dict:
         raise _Reject(f"span must be an object, got {_short(s)}")
-    parent = _get(s, "parentSpanId", "parent_span_id")
-    flags = s.get("flags") or 0
-    status = s.get("status") or {}
-    if type(status) is not dict:
-        raise _Reject("status must be an object")
-    message = status.get("message") or ""
-    if type(message) is not str:
-        raise _Reject("status.message must be a string")
-    name = s.get("name") or ""
+    if "traceId" not in s and "trace_id" in s:
+        s = _camel(s)
+    get = s.get
+    parent = get("parentSpanId")
+    flags = get("flags") or 0
+    status = get("status")
+    if status:
+        if type(status) is not dict:
+            raise _Reject("status must be an object")
+        message = status.get("message") or ""
+        if type(message) is not str:
+            raise _Reject("status.message must be a string")
+        code = _enum(status.get("code"), _STATUS, "status.code")
+    else:
+        message, code = "", 0
+    name = get("name") or ""
     if type(name) is not str:
         raise _Reject("name must be a string")
-    events = s.get("events") or ()
-    if type(events) not in (list, tuple):
-        raise _Reject("events must be a list")
-    dropped = _get(s, "droppedAttributesCount", "dropped_attributes_count") or 0
-    dropped_events = _get(s, "droppedEventsCount", "dropped_events_count") or 0
-    return NormalizedSpan(
-        trace_id=_hex_id(_get(s, "traceId", "trace_id"), 32, "traceId"),
-        span_id=_hex_id(_get(s, "spanId", "span_id"), 16, "spanId"),
-        name=name,
-        parent_span_id=_hex_id(parent, 16, "parentSpanId") if parent else None,
-        parent_is_remote=type(flags) is int and flags & _REMOTE_PARENT == _REMOTE_PARENT,
-        kind=_enum(s.get("kind"), _KINDS, "kind"),
-        start_ns=_uint(_get(s, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
-        end_ns=_uint(_get(s, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano"),
-        status_code=_enum(status.get("code"), _STATUS, "status.code"),
-        status_message=message,
-        attributes=_attributes(s.get("attributes")),
-        events=tuple(_json_event(e) for e in events),
-        resource=resource,
-        scope_name=scope_name,
-        scope_version=scope_version,
-        dropped_attributes=_uint(dropped, "droppedAttributesCount"),
-        dropped_events=_uint(dropped_events, "droppedEventsCount"),
+    events = get("events")
+    if events:
+        if type(events) is not list:
+            raise _Reject("events must be a list")
+        events = tuple(_json_event(e) for e in events)
+    else:
+        events = ()
+    kind = get("kind")
+    dropped = get("droppedAttributesCount")
+    dropped_events = get("droppedEventsCount")
+    return NormalizedSpan.fast(
+        _hex_id(get("traceId"), 32, "traceId"),
+        _hex_id(get("spanId"), 16, "spanId"),
+        name,
+        _hex_id(parent, 16, "parentSpanId") if parent else None,
+        type(flags) is int and flags & _REMOTE_PARENT == _REMOTE_PARENT,
+        kind if type(kind) is int else _enum(kind, _KINDS, "kind"),
+        _uint(get("startTimeUnixNano"), "startTimeUnixNano"),
+        _uint(get("endTimeUnixNano"), "endTimeUnixNano"),
+        code,
+        message,
+        _attributes(get("attributes")),
+        events,
+        resource,
+        scope_name,
+        scope_version,
+        _uint(dropped, "droppedAttributesCount") if dropped else 0,
+        _uint(dropped_events, "droppedEventsCount") if dropped_events else 0,
     )
 
 
@@ -599,37 +644,41 @@ def _pb_attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in kvs:
         value = kv.value
-        # the common case first: WhichOneof is the expensive call
-        if value.HasField("string_value"):
-            out[kv.key] = value.string_value
-        else:
-            out[kv.key] = _pb_any(value, depth)
+        # a non-empty string_value can only mean the string member of the oneof is set, so
+        # the common case costs one field read; anything else asks WhichOneof
+        text = value.string_value
+        out[kv.key] = text if text else _pb_any(value, depth)
     return out
 
 
 def _pb_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> NormalizedSpan:
     parent = s.parent_span_id
-    status = s.status
-    return NormalizedSpan(
-        trace_id=_bytes_id(s.trace_id, 16, "trace_id"),
-        span_id=_bytes_id(s.span_id, 8, "span_id"),
-        name=s.name,
-        parent_span_id=_bytes_id(parent, 8, "parent_span_id") if parent else None,
-        parent_is_remote=s.flags & _REMOTE_PARENT == _REMOTE_PARENT,
-        kind=s.kind,
-        start_ns=s.start_time_unix_nano,
-        end_ns=s.end_time_unix_nano,
-        status_code=status.code,
-        status_message=status.message,
-        attributes=_pb_attributes(s.attributes),
-        events=tuple(
-            SpanEvent(e.name, e.time_unix_nano, _pb_attributes(e.attributes)) for e in s.events
-        ),
-        resource=resource,
-        scope_name=scope_name,
-        scope_version=scope_version,
-        dropped_attributes=s.dropped_attributes_count,
-        dropped_events=s.dropped_events_count,
+    events = s.events
+    if s.HasField("status"):
+        status = s.status
+        code, message = status.code, status.message
+    else:
+        code, message = 0, ""
+    return NormalizedSpan.fast(
+        _bytes_id(s.trace_id, 16, "trace_id"),
+        _bytes_id(s.span_id, 8, "span_id"),
+        s.name,
+        _bytes_id(parent, 8, "parent_span_id") if parent else None,
+        s.flags & _REMOTE_PARENT == _REMOTE_PARENT,
+        s.kind,
+        s.start_time_unix_nano,
+        s.end_time_unix_nano,
+        code,
+        message,
+        _pb_attributes(s.attributes),
+        tuple(SpanEvent(e.name, e.time_unix_nano, _pb_attributes(e.attributes)) for e in events)
+        if events
+        else (),
+        resource,
+        scope_name,
+        scope_version,
+        s.dropped_attributes_count,
+        s.dropped_events_count,
     )
 
 

@@ -296,6 +296,46 @@ def normalize_message(data: Any, default_role: str = "user") -> dict[str, Any] |
     return _finish({"role": role, "parts": parts}, data.get("name"))
 
 
+_FAST_PART_KEYS = {
+    "text": frozenset({"type", "content"}),
+    "tool_call": frozenset({"type", "id", "name", "arguments"}),
+    "tool_call_response": frozenset({"type", "id", "response"}),
+}
+
+
+def _fast_message(data: Any) -> dict[str, Any] | None:
+    """``data`` when it already is an OTel parts message whose parts need no change (the
+    common case: instrumentations write exactly this shape), with ``finish_reason`` and an
+    empty ``name`` dropped; ``None`` when the full normaliser must look at it."""
+    if type(data) is not dict:
+        return None
+    role, parts = data.get("role"), data.get("parts")
+    if type(role) is not str or type(parts) is not list or role.lower() in _ROLE_ALIASES:
+        return None
+    for part in parts:
+        if type(part) is not dict:
+            return None
+        kind = part.get("type")
+        allowed = _FAST_PART_KEYS.get(kind) if type(kind) is str else None
+        if allowed is None or not allowed.issuperset(part):
+            return None
+        if kind == "text":
+            if type(part.get("content")) is not str:
+                return None
+        elif kind == "tool_call":
+            if type(part.get("name")) is not str or type(part.get("arguments", {})) is str:
+                return None
+            if type(part.get("id", "")) is not str or part.get("id") == "":
+                return None
+        elif type(part.get("id", "")) is not str or part.get("id") == "":
+            return None
+    message: dict[str, Any] = {"role": role.lower(), "parts": parts}
+    name = data.get("name")
+    if type(name) is str and name:
+        message["name"] = name
+    return message
+
+
 def _message_list(value: Any, depth: int = 0) -> list[Any] | None:
     """The list of messages inside common wrappers, or ``None``."""
     if depth > _MAX_DEPTH:
@@ -347,7 +387,9 @@ def normalize_messages(value: Any, *, default_role: str = "user") -> list[dict[s
             return None
         messages = []
         for item in items:
-            message = normalize_message(_json(item), default_role)
+            message = _fast_message(item)
+            if message is None:
+                message = normalize_message(_json(item), default_role)
             if message is not None:
                 messages.append(message)
         return messages

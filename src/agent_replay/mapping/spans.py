@@ -72,6 +72,54 @@ class NormalizedSpan:
     dropped_attributes: int = 0
     dropped_events: int = 0
 
+    @classmethod
+    def fast(
+        cls,
+        trace_id: str,
+        span_id: str,
+        name: str,
+        parent_span_id: str | None,
+        parent_is_remote: bool,
+        kind: int,
+        start_ns: int,
+        end_ns: int,
+        status_code: int,
+        status_message: str,
+        attributes: Mapping[str, Any],
+        events: Sequence[SpanEvent],
+        resource: Mapping[str, Any],
+        scope_name: str,
+        scope_version: str,
+        dropped_attributes: int,
+        dropped_events: int,
+    ) -> NormalizedSpan:
+        """The same span as the constructor, for the decoders' hot loops: a frozen
+        dataclass's ``__init__`` sets each field through ``object.__setattr__`` (measured
+        1.6 µs per span against 0.4 µs for filling ``__dict__`` directly, a fifth of the
+        time ``json.loads`` spends on a typical span). Arguments are not checked."""
+        span = object.__new__(cls)
+        span.__dict__.update(
+            trace_id=trace_id,
+            span_id=span_id,
+            name=name,
+            parent_span_id=parent_span_id,
+            parent_is_remote=parent_is_remote,
+            kind=kind,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            status_code=status_code,
+            status_message=status_message,
+            attributes=attributes,
+            events=events,
+            logs=(),
+            resource=resource,
+            scope_name=scope_name,
+            scope_version=scope_version,
+            dropped_attributes=dropped_attributes,
+            dropped_events=dropped_events,
+        )
+        return span
+
 
 def plain_value(value: Any) -> Any:
     """An SDK attribute value as plain data (tuples become lists)."""

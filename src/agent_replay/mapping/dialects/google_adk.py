@@ -48,9 +48,23 @@ def _tools(config: Any) -> list[dict[str, Any]] | None:
     return tools or None
 
 
+_MARKERS = tuple(
+    PREFIX + key
+    for key in (
+        "llm_request",
+        "llm_response",
+        "tool_call_args",
+        "tool_response",
+        "invocation_id",
+        "session_id",
+        "event_id",
+    )
+)
+
+
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
-    if not any(key.startswith(PREFIX) for key in attrs):
+    if not any(key in attrs for key in _MARKERS):  # ADK sets these keys on all of its spans
         return False
     session = attrs.get(PREFIX + "session_id")
     if session not in (None, "") and mapped.conversation_id is None:

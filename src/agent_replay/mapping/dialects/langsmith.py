@@ -19,6 +19,7 @@ _STEP_TYPES = {
     "retriever": StepKind.RETRIEVAL,
     "embedding": StepKind.EMBEDDING,
 }
+_TRACE_KEYS = ("langsmith.trace.name", "langsmith.trace.session_id", "langsmith.trace.session_name")
 #: metadata keys LangSmith uses to group runs of one conversation into a thread
 THREAD_KEYS = ("thread_id", "session_id", "conversation_id")
 
@@ -90,7 +91,7 @@ def read_run(
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     run_type = attrs.get("langsmith.span.kind")
-    if run_type is None and not any(k.startswith("langsmith.trace.") for k in attrs):
+    if run_type is None and not any(k in attrs for k in _TRACE_KEYS):
         return False
     for key in THREAD_KEYS:
         value = attrs.get("langsmith.metadata." + key)

@@ -85,10 +85,23 @@ def _entity_arguments(value: Any) -> Any:
     return value
 
 
+# Cheap membership tests before any scan of all keys: truncation at the attribute-count limit
+# drops the *last* attributes set, so index 0 survives whenever anything does.
+_MARKERS = (
+    "gen_ai.prompt.0.role",
+    "gen_ai.prompt.0.content",
+    "gen_ai.completion.0.role",
+    "gen_ai.completion.0.content",
+    "gen_ai.completion.0.tool_calls.0.name",
+)
+
+
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     entity_kind = attrs.get("traceloop.span.kind")
     request_type = attrs.get("llm.request.type")
+    if entity_kind is None and request_type is None and not any(k in attrs for k in _MARKERS):
+        return False
     prompts, completions, functions = flattened_messages(attrs)
     if entity_kind is None and request_type is None and not prompts and not completions:
         return False
