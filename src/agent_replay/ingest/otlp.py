@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -512,11 +513,17 @@ def decode_json_document(doc: Any, prefix: str = "") -> Decoded:
     return out
 
 
-def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
-    """``[(position, document)]``: one whole JSON document, or one per line (JSON Lines).
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
 
-    Raises :class:`ImportFormatError` when the data is not JSON; in JSON Lines, a line that is
-    not JSON is returned as ``(position, ImportFormatError)`` so the caller can keep the others.
+
+def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
+    """``[(position, document)]``: one whole JSON document (position ``""``), or one per line
+    (JSON Lines, position ``"line N"``), decoded in a single pass.
+
+    Raises :class:`ImportFormatError` when the data is not JSON at all; in JSON Lines, a line
+    that is not JSON is returned as ``(position, ImportFormatError)`` so the caller can keep
+    the others.
     """
     if isinstance(data, bytes):
         try:
@@ -529,43 +536,43 @@ def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
             ) from None
     else:
         text = data
-    try:
-        return [("", json.loads(text))]
-    except RecursionError:
-        raise ImportFormatError("JSON nested too deeply", source=source) from None
-    except json.JSONDecodeError as exc:
-        if exc.msg != "Extra data":
-            raise ImportFormatError(
+    docs: list[tuple[str, Any]] = []
+    size = len(text)
+    index = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    line = 1 + text.count("\n", 0, index)
+    while index < size:
+        try:
+            # raw_decode stops after one document: no second pass for JSON Lines
+            document, end = _DECODER.raw_decode(text, index)
+        except json.JSONDecodeError as exc:
+            error = ImportFormatError(
                 f"not valid JSON ({exc.msg})",
                 source=source,
                 position=f"line {exc.lineno} column {exc.colno}",
-            ) from None
-    docs: list[tuple[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            docs.append((f"line {number}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            docs.append(
-                (
-                    f"line {number}",
-                    ImportFormatError(
-                        f"not valid JSON ({exc.msg})",
-                        source=source,
-                        position=f"line {number} column {exc.colno}",
-                    ),
-                )
             )
+            end = text.find("\n", exc.pos)
+            # the first document is broken and is the whole file, or spans several lines
+            # (pretty-printed): the file is not JSON Lines, so it fails as a whole
+            if not docs and (exc.lineno != line or end == -1 or not text[end:].strip()):
+                raise error from None
+            docs.append((f"line {line}", error))
         except RecursionError:
-            docs.append(
-                (
-                    f"line {number}",
-                    ImportFormatError(
-                        "JSON nested too deeply", source=source, position=f"line {number}"
-                    ),
-                )
+            error = ImportFormatError(
+                "JSON nested too deeply", source=source, position=f"line {line}"
             )
+            end = text.find("\n", index)
+            if not docs and (end == -1 or not text[end:].strip()):
+                raise error from None
+            docs.append((f"line {line}", error))
+        else:
+            docs.append((f"line {line}", document))
+        if end == -1:
+            break
+        next_index = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+        line += text.count("\n", index, next_index)
+        index = next_index
+    if len(docs) == 1 and not isinstance(docs[0][1], ImportFormatError):
+        return [("", docs[0][1])]
     return docs
 
 

@@ -87,10 +87,18 @@ class _Draft:
 
     draft: StepDraft
     tool_call_ids: list[str] = field(default_factory=list)
+    _requests: list | None = None
 
     @property
     def kind(self) -> StepKind:
         return self.draft.kind
+
+    @property
+    def requests(self) -> list[tuple[str | None, str, Any]]:
+        """:func:`_requests` of the draft, computed once (linking asks several times)."""
+        if self._requests is None:
+            self._requests = _requests(self.draft)
+        return self._requests
 
 
 def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
@@ -258,7 +266,7 @@ def _synthesize(items: list[_Draft]) -> list[_Draft]:
                         attributes={"synthesized": "from a later llm input"},
                     )
                     out.append(_Draft(synthesized, tool_call_ids=[cid]))
-            for cid, name, arguments in _requests(draft):
+            for cid, name, arguments in item.requests:
                 if cid is not None and cid not in requested:
                     requested[cid] = (name, arguments, draft)
         out.append(item)
@@ -294,7 +302,7 @@ def _link(items: list[_Draft]) -> None:
             elif item.tool_call_ids:
                 attributes["tool_call_id"] = item.tool_call_ids[-1]
             draft.attributes = attributes
-        requests = _requests(draft)
+        requests = item.requests
         if requests:
             ids = [cid for cid, _, _ in requests if cid is not None]
             if ids:
