@@ -1,12 +1,15 @@
+import base64
 import json
 
 import pytest
+from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_replay.errors import ImportFormatError
+from agent_replay.ingest.steps import dumps_step
 from agent_replay.interop import from_jsonl, from_otel_spans, from_steps
 from agent_replay.mapping.spans import from_readable_span
 from agent_replay.model import StepDraft, StepKind
@@ -35,11 +38,7 @@ def record_spans():
 
 
 def otlp_json(spans):
-    from google.protobuf import json_format
-
     doc = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-    import base64
-
     for rs in doc["resourceSpans"]:
         for ss in rs["scopeSpans"]:
             for s in ss["spans"]:
@@ -82,8 +81,6 @@ def test_from_steps_and_from_jsonl_round_trip(tmp_path):
     assert traj.outcome.failed is False
     assert traj.metadata["capture"]["steps"] == 2
     path = tmp_path / "s1.jsonl"
-    from agent_replay.ingest.steps import dumps_step
-
     path.write_text("\n".join(dumps_step(s, "s1") for s in traj.steps) + "\n")
     again = from_jsonl(path)
     assert again.head_hash == traj.head_hash

@@ -247,3 +247,16 @@ def test_canonical_otlp_example_has_no_genai_span_and_gives_nothing():
     assert not result.failed
     assert result.sources[0].format == "otlp-json" and result.sources[0].spans == 1
     assert result.trajectories == []
+
+
+def test_attributes_dropped_at_the_sdk_limit_are_reported():
+    doc = to_otlp_json(encode_spans(sdk_spans()))
+    chat = next(
+        s for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"] if s["name"] == "chat gpt-4o"
+    )
+    chat["droppedAttributesCount"] = 7
+    (traj,) = load(doc)
+    report = traj.metadata["capture"]
+    assert report["truncated_steps"] == [0] and report["replayable"] is False
+    assert traj.steps[0].attributes["dropped_attributes"] == 7
+    assert any("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in note for note in report["notes"])

@@ -51,6 +51,7 @@ __all__ = [
     "import_into",
     "load",
     "load_many",
+    "read_source",
 ]
 
 _log = logging.getLogger(__name__)
