@@ -194,6 +194,17 @@ def bench_files(traces: int, turns: int, repeats: int) -> dict:
     imported = load(json_bytes)
     assert len(imported) == expected and len(load(proto_bytes)) == expected
     drafts = [[step.draft() for step in trajectory.steps] for trajectory in imported]
+    embedded = [
+        value
+        for span in read_otlp_json(json_bytes, "bench").spans
+        for value in span.attributes.values()
+        if isinstance(value, str) and value[:1] in ("[", "{")
+    ]
+
+    def parse_embedded():
+        # instrumentations write messages as JSON text inside the attributes: a second parse
+        for text in embedded:
+            json.loads(text)
 
     def seal_again():
         # the part of an import spent in model.Step.seal (canonical encoding + SHA-256)
@@ -205,6 +216,7 @@ def bench_files(traces: int, turns: int, repeats: int) -> dict:
         {
             "decode": lambda: read_otlp_json(json_bytes, "bench"),
             "import": lambda: load(json_bytes),
+            "embedded": parse_embedded,
             "seal": seal_again,
         },
         repeats,
@@ -314,6 +326,7 @@ def main() -> int:
         ("json.loads of the bytes (baseline)", j["baseline"], 1.0),
         ("OTLP/JSON decode to normalised spans", j["decode"], j["decode_ratio"]),
         ("OTLP/JSON import to stored-ready trajectories", j["import"], j["import_ratio"]),
+        ("  of which parsing JSON text in attributes", j["embedded"], j["embedded_ratio"]),
         ("  of which sealing steps (canonical + hash)", j["seal"], j["seal_ratio"]),
         ("ParseFromString of the bytes (baseline)", p["baseline"], 1.0),
         ("protobuf: read every span field (floor)", p["floor"], p["floor_ratio"]),

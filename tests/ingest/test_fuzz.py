@@ -107,8 +107,9 @@ def test_truncated_documents_name_a_position(fmt, data):
 @FUZZ
 @given(data=st.data())
 def test_wrong_types_anywhere(fmt, data):
-    doc = sample_doc(fmt)
-    mutated = mutate(doc, data.draw)
+    mutated = sample_doc(fmt)
+    for _ in range(data.draw(st.integers(1, 3))):  # one to three nodes replaced
+        mutated = mutate(mutated, data.draw)
     if fmt in ("otlp-json", "jsonl") and isinstance(mutated, list):
         encoded = b"\n".join(json.dumps(line).encode() for line in mutated)
     else:

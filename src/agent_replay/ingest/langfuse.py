@@ -102,9 +102,10 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
     if isinstance(session, str) and session:
         for m in mapped:
             m.conversation_id = m.conversation_id or session
+    raw_scores = trace.get("scores")
     scores = [
         {k: s.get(k) for k in ("name", "value", "stringValue", "source", "dataType") if k in s}
-        for s in trace.get("scores") or ()
+        for s in (raw_scores if isinstance(raw_scores, list) else ())
         if isinstance(s, dict)
     ]
     info = {

@@ -92,7 +92,9 @@ def _parent(run: dict) -> str | None:
 
 def _mapped(run: dict) -> MappedSpan:
     dotted = run.get("dotted_order")
-    first = dotted.split(".")[-1].split("Z")[0] + "Z" if isinstance(dotted, str) else None
+    if not isinstance(dotted, str):
+        dotted = None
+    first = dotted.split(".")[-1].split("Z")[0] + "Z" if dotted else None
     start = timestamp_ns(run.get("start_time")) or timestamp_ns(first) or 0
     error = run.get("error")
     name = str(run.get("name") or run.get("run_type") or "run")

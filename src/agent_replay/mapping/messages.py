@@ -296,40 +296,49 @@ def normalize_message(data: Any, default_role: str = "user") -> dict[str, Any] |
     return _finish({"role": role, "parts": parts}, data.get("name"))
 
 
-_FAST_PART_KEYS = {
-    "text": frozenset({"type", "content"}),
-    "tool_call": frozenset({"type", "id", "name", "arguments"}),
-    "tool_call_response": frozenset({"type", "id", "response"}),
-}
+_PLAIN_ROLES = frozenset({"user", "assistant", "system", "tool", "developer"})
 
 
 def _fast_message(data: Any) -> dict[str, Any] | None:
     """``data`` when it already is an OTel parts message whose parts need no change (the
     common case: instrumentations write exactly this shape), with ``finish_reason`` and an
-    empty ``name`` dropped; ``None`` when the full normaliser must look at it."""
+    empty ``name`` dropped; ``None`` when the full normaliser must look at it. This runs for
+    every message of every prompt (prompts repeat the conversation so far), so it checks
+    with plain comparisons and copies nothing when nothing needs dropping."""
     if type(data) is not dict:
         return None
     role, parts = data.get("role"), data.get("parts")
-    if type(role) is not str or type(parts) is not list or role.lower() in _ROLE_ALIASES:
+    if type(parts) is not list or type(role) is not str or role not in _PLAIN_ROLES:
         return None
     for part in parts:
         if type(part) is not dict:
             return None
         kind = part.get("type")
-        allowed = _FAST_PART_KEYS.get(kind) if type(kind) is str else None
-        if allowed is None or not allowed.issuperset(part):
-            return None
         if kind == "text":
-            if type(part.get("content")) is not str:
+            if len(part) != 2 or type(part.get("content")) is not str:
                 return None
         elif kind == "tool_call":
-            if type(part.get("name")) is not str or type(part.get("arguments", {})) is str:
+            ident = part.get("id")
+            if (
+                type(part.get("name")) is not str
+                or type(part.get("arguments", 0)) is str
+                or (ident is not None and (type(ident) is not str or not ident))
+                or len(part) > 2 + ("id" in part) + ("arguments" in part)
+            ):
                 return None
-            if type(part.get("id", "")) is not str or part.get("id") == "":
+        elif kind == "tool_call_response":
+            ident = part.get("id")
+            if (
+                "response" not in part
+                or (ident is not None and (type(ident) is not str or not ident))
+                or len(part) > 2 + ("id" in part)
+            ):
                 return None
-        elif type(part.get("id", "")) is not str or part.get("id") == "":
+        else:
             return None
-    message: dict[str, Any] = {"role": role.lower(), "parts": parts}
+    if len(data) == 2:
+        return data
+    message: dict[str, Any] = {"role": role, "parts": parts}
     name = data.get("name")
     if type(name) is str and name:
         message["name"] = name
