@@ -223,6 +223,9 @@ def _located(exc: Reject | Malformed, name: str, position: str) -> ImportFormatE
 
 
 def _documents(fmt: str, data: Any, docs: list | None, name: str) -> list[tuple[str, Any]]:
+    """The parsed JSON documents of a source. A line that is not JSON fails the source,
+    except in OTLP/JSON Lines (the Collector may have cut its last line): there it is
+    skipped and reported, as long as some line is readable."""
     if docs is None:
         docs = [("", data)] if isinstance(data, (dict, list)) else parse_json_bytes(data, name)
     good = [(p, d) for p, d in docs if not isinstance(d, ImportFormatError)]
