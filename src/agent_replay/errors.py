@@ -121,6 +121,7 @@ class ImportFormatError(AgentReplayError, ValueError):
     def __init__(self, message: str, *, source: str = "<data>", position: str = "") -> None:
         self.source = source
         self.position = position
+        self.detail = message  # the message without source and position
         at = f" (at {position})" if position else ""
         super().__init__(f"{source}: {message}{at}")
 

@@ -267,7 +267,7 @@ def assert_weather_trajectory(traj: Trajectory, *, dialect: str) -> None:
     assert [m["role"] for m in first.inputs["messages"]] == ["system", "user"]
     assert first.inputs["messages"][1]["parts"] == [{"type": "text", "content": QUESTION}]
     assert first.inputs["model"] == "gpt-4o-mini"
-    assert first.inputs["parameters"] == {"temperature": 0.2}
+    assert first.attributes["parameters"] == {"temperature": 0.2}
     assert [t["name"] for t in first.inputs["tools"]] == ["get_weather"]
     (out,) = first.action
     (part,) = out["parts"]
@@ -295,7 +295,7 @@ def assert_weather_trajectory(traj: Trajectory, *, dialect: str) -> None:
     assert response["response"] == "rainy, 57F"
     (answer,) = final.action
     assert answer["parts"] == [{"type": "text", "content": ANSWER}]
-    assert answer["finish_reason"] == "stop"
+    assert final.attributes["finish_reasons"] == ["stop"]  # kept beside, not in the messages
     assert traj.metadata["capture"]["replayable"] is True
     assert traj.metadata["capture"]["steps_without_content"] == []
 

@@ -12,11 +12,9 @@ import dataclasses
 import json
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agent_replay.errors import CanonicalEncodingError
 from agent_replay.mapping import NormalizedSpan, Role, SpanEvent, map_span
 from agent_replay.mapping.assemble import assemble
 from agent_replay.model import StepKind
@@ -243,14 +241,9 @@ def _in_cycle(batch: list[NormalizedSpan], span_id: str) -> bool:
     return current in seen
 
 
-# -- known bugs in assemble.py (owned elsewhere; strict xfail flips red once fixed) --------------
+# -- regressions found by the invariants --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="assemble.py walks the span tree only from roots, so spans whose parent links form "
-    "a cycle (or point at themselves) are silently dropped instead of becoming steps",
-)
 def test_spans_in_a_parent_cycle_are_kept():
     trace_id = "1" * 32
     a = NormalizedSpan(
@@ -263,12 +256,6 @@ def test_spans_in_a_parent_cycle_are_kept():
     assert len(traj.steps) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CanonicalEncodingError,
-    reason="a span attribute holding a lone surrogate (possible from any SDK user) makes "
-    "assemble() raise, so a sink flush loses every trace assembled with it",
-)
 def test_lone_surrogate_attribute_does_not_break_assembly():
     chat = NormalizedSpan(
         "1" * 32, "a" * 16, "chat", attributes={**CHAT, "gen_ai.request.model": "gpt\udc80"}

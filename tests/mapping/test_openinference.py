@@ -79,9 +79,10 @@ def test_llm_span_becomes_an_llm_step_in_the_genai_parts_shape():
         {"name": "get_weather", "description": "Get weather", "parameters": {}, "type": "function"}
     ]
     assert mapped.inputs["model"] == "gpt-4o-mini"
-    assert mapped.inputs["parameters"] == {"temperature": 0.2}  # "stream" is not a sampling knob
+    assert "parameters" not in mapped.inputs  # kept beside the inputs, as every dialect does
+    assert mapped.attributes["parameters"] == {"temperature": 0.2}  # "stream" is no knob
     (output,) = mapped.action
-    assert output["finish_reason"] == "tool_call"  # the GenAI enum value, not OpenAI's
+    assert "finish_reason" not in output  # kept in attributes, as every dialect does
     assert [p["arguments"]["city"] for p in output["parts"]] == ["Paris", "Rome"]
     assert mapped.requested_tool_calls == ["c1", "c2"]
     assert mapped.attributes == {
@@ -91,6 +92,7 @@ def test_llm_span_becomes_an_llm_step_in_the_genai_parts_shape():
         "output_tokens": 15,
         "total_tokens": 72,
         "finish_reasons": ["tool_calls"],
+        "parameters": {"temperature": 0.2},
     }
 
 

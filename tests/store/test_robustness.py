@@ -18,6 +18,7 @@ from agent_replay import CheckpointStore, Trajectory
 from agent_replay.cli import main as cli
 from agent_replay.errors import AgentReplayError, ChainIntegrityError, StoreError
 from agent_replay.model import StepDraft, StepKind, chain_steps
+from agent_replay.store.sqlite import SCHEMA_VERSION
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -221,10 +222,11 @@ def test_a_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path, applicati
 def test_a_store_from_a_newer_agent_replay_is_refused(db_path):
     _good_store(db_path, sessions=1)
     conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    newer = SCHEMA_VERSION + 1
+    conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(newer),))
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match=r"newer agent-replay \(schema 2.*upgrade agent-replay"):
+    with pytest.raises(StoreError, match=rf"newer agent-replay \(schema {newer}.*upgrade"):
         CheckpointStore(db_path)
 
 

@@ -11,8 +11,10 @@ import click
 from .._version import __version__
 from .analysis import aggregate_command, drift_command
 from .attribute import attribute_command
+from .collect import collect_command
 from .demo import demo_command
 from .fork import diff_command, fork_command, resume_command
+from .import_ import import_command
 from .record import record_command
 from .replay import replay_command
 from .report import report_command
@@ -43,5 +45,7 @@ for command in (
     attribute_command,
     report_command,
     serve_command,
+    import_command,
+    collect_command,
 ):
     main.add_command(command)

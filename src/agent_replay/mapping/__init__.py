@@ -6,6 +6,13 @@ registered dialects run on every span in precedence order, because one span can 
 dialects at once (Google ADK spans carry three). :func:`map_span` never raises: a span no
 dialect recognises maps to an opaque ``span`` step, and a dialect that fails on odd input is
 recorded in ``notes`` and skipped.
+
+Precedence is fixed by :data:`PRECEDENCE`, not by import order, so a dialect module can be
+added with one import line anywhere below: the most explicit signals come first (agent-replay's
+own spans, then SDKs that state the observation type outright), the generic GenAI conventions
+after the vendor dialects that also set a few ``gen_ai.*`` keys, and pure fallbacks last.
+LLM content goes through :mod:`.messages`, so every dialect produces the same input shape
+(:func:`llm_inputs`) and the same output shape (a list of OTel parts messages).
 """
 
 from __future__ import annotations
@@ -17,19 +24,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import StepKind
+from .messages import (
+    normalize_messages,
+    normalize_system,
+    normalize_tools,
+    requested_tool_calls,
+)
 from .spans import LogEvent, NormalizedSpan, SpanEvent
 
 __all__ = [
     "DIALECTS",
+    "PRECEDENCE",
     "LogEvent",
     "MappedSpan",
     "NormalizedSpan",
     "Role",
     "SpanEvent",
+    "llm_inputs",
     "map_span",
     "parse_json",
     "register_dialect",
 ]
+
+#: Dialect names from highest to lowest precedence; unknown names rank after all of these.
+PRECEDENCE: tuple[str, ...] = (
+    "agent_replay",  # our own spans: exact inputs and outputs
+    "langfuse",  # langfuse.observation.*: the user set type and I/O explicitly
+    "langsmith",  # langsmith.*: gen_ai.prompt there holds whole inputs, not legacy events
+    "google_adk",  # gcp.vertex.agent.*: the full request beside a few gen_ai.* keys
+    "openinference",
+    "openllmetry",  # flattened gen_ai.prompt.N.* and traceloop.* entity spans
+    "gen_ai",  # the OTel GenAI conventions, all four generations
+    "pydantic_ai",  # fills what pydantic-ai adds around its gen_ai spans
+)
 
 _log = logging.getLogger(__name__)
 
@@ -40,6 +67,7 @@ class Role:
     STEP = "step"  # a GenAI operation: becomes a step
     AGENT = "agent"  # an agent invocation: names the agent of the steps inside it
     WORKFLOW = "workflow"  # a workflow / chain around steps
+    PLAN = "plan"  # a planning phase: contains the llm call that plans, else is that call
     OTHER = "other"  # not GenAI: opaque step, container, or internal detail of a step
 
 
@@ -72,6 +100,26 @@ class MappedSpan:
         if not self.has_output and value is not None:
             self.action, self.has_output = value, True
 
+    def set_llm_inputs(
+        self, messages: Any, *, system: Any = None, tools: Any = None, model: Any = None
+    ) -> None:
+        """Set an llm step's inputs from raw messages in any accepted form (see
+        :func:`llm_inputs`); nothing happens when there are no messages and no system text."""
+        if not self.has_inputs:
+            self.set_inputs(llm_inputs(messages, system=system, tools=tools, model=model))
+
+    def set_llm_output(self, messages: Any, *, default_role: str = "assistant") -> None:
+        """Set an llm step's action from raw output messages (normalised to OTel parts) and
+        remember which tool calls they request."""
+        if self.has_output:
+            return
+        normalized = normalize_messages(messages, default_role=default_role)
+        if normalized is None:
+            return
+        self.set_output(normalized)
+        if not self.requested_tool_calls:
+            self.requested_tool_calls = [i for i, _ in requested_tool_calls(normalized) if i]
+
     def set_step(self, kind: StepKind, name: str | None) -> None:
         """Claim the span as a step of ``kind`` unless a dialect with precedence already did."""
         if self.role == Role.STEP:
@@ -91,17 +139,46 @@ Dialect = Callable[[NormalizedSpan, MappedSpan], bool]
 DIALECTS: list[tuple[str, Dialect]] = []
 
 
+def _rank(name: str) -> int:
+    return PRECEDENCE.index(name) if name in PRECEDENCE else len(PRECEDENCE)
+
+
 def register_dialect(name: str, dialect: Dialect, *, before: str | None = None) -> None:
-    """Add a dialect (by default with the lowest precedence)."""
+    """Add a dialect at its place in :data:`PRECEDENCE` (unknown names: after every known
+    one, or just before the dialect named ``before``). Registering a name twice is a no-op."""
     if any(existing == name for existing, _ in DIALECTS):
         return
     position = len(DIALECTS)
-    if before is not None:
-        for i, (existing, _) in enumerate(DIALECTS):
-            if existing == before:
-                position = i
-                break
+    for i, (existing, _) in enumerate(DIALECTS):
+        if existing == before or (before is None and _rank(existing) > _rank(name)):
+            position = i
+            break
     DIALECTS.insert(position, (name, dialect))
+
+
+def llm_inputs(
+    messages: Any, *, system: Any = None, tools: Any = None, model: Any = None
+) -> dict[str, Any] | None:
+    """The one shape of an llm step's inputs: ``{"messages": [...], "system": [parts],
+    "tools": [...], "model": str}``, each key present only when known. Messages, system
+    instructions and tool definitions are normalised (:mod:`.messages`); ``None`` when there
+    are neither messages nor system instructions."""
+    inputs: dict[str, Any] = {}
+    normalized = normalize_messages(messages)
+    if normalized is not None:
+        inputs["messages"] = normalized
+    system_parts = normalize_system(system)
+    if system_parts:
+        inputs["system"] = system_parts
+    if not inputs:
+        return None
+    inputs.setdefault("messages", [])
+    tool_list = normalize_tools(tools)
+    if tool_list:
+        inputs["tools"] = tool_list
+    if isinstance(model, str) and model:
+        inputs["model"] = model
+    return inputs
 
 
 def map_span(span: NormalizedSpan) -> MappedSpan:
@@ -131,12 +208,17 @@ def parse_json(value: Any) -> Any:
         if text[:1] in ("{", "[", '"') or text in ("true", "false", "null"):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return value
     return value
 
 
-# Built-in dialects register themselves on import, in precedence order.
+# Built-in dialects register themselves on import; PRECEDENCE orders them, not these lines.
 from .dialects import genai as _genai  # noqa: E402,F401
-from .dialects import native as _native  # noqa: E402,F401  (first: most specific)
+from .dialects import google_adk as _google_adk  # noqa: E402,F401
+from .dialects import langfuse as _langfuse  # noqa: E402,F401
+from .dialects import langsmith as _langsmith  # noqa: E402,F401
+from .dialects import native as _native  # noqa: E402,F401
 from .dialects import openinference as _openinference  # noqa: E402,F401
+from .dialects import openllmetry as _openllmetry  # noqa: E402,F401
+from .dialects import pydantic_ai as _pydantic_ai  # noqa: E402,F401

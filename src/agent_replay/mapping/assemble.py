@@ -1,29 +1,42 @@
 """Trajectory reconstruction: mapped spans → ordered, agent-named, tool-linked trajectories.
 
-Spans are grouped by ``gen_ai.conversation.id`` when a trace carries one (several traces of one
-conversation make one trajectory), else by trace id. Within a group the span tree is walked
-depth-first, children in start-time order, so a parent precedes what it contains and siblings
-keep the order they started in. Groups without any GenAI span are not agent runs and are
-skipped.
+Spans are grouped by ``gen_ai.conversation.id`` (or another dialect's session id) when a trace
+carries one (several traces of one conversation make one trajectory), else by trace id. Within
+a group the span tree is walked depth-first, children in start-time order, so a parent
+precedes what it contains and siblings keep the order they started in. Groups without any
+GenAI span are not agent runs and are skipped.
 
-Which spans become steps: every span a dialect claimed as a step; an agent invocation that
-contains no steps (a remote agent) as an ``agent`` step; and unrecognised leaf spans that are
-not inside a step as opaque ``span`` steps. Unrecognised spans *inside* a step (HTTP calls
-under a chat span) are details of that step, and unrecognised spans *around* steps are
-containers; neither becomes a step. Every trajectory carries a capture report saying what is
-missing for replay.
+Which spans become steps: every span a dialect claimed as a step; an agent invocation (or a
+plan) that contains no steps as a step of its own; and unrecognised leaf spans that are not
+inside a step as opaque ``span`` steps. Unrecognised spans *inside* a step (HTTP calls under a
+chat span) are details of that step, and unrecognised spans *around* steps are containers;
+neither becomes a step.
+
+Tool results are linked to the llm step that requested them: by tool-call id when both sides
+have one (ids may be arrays; any element matches), else by tool name to the oldest unanswered
+request of that name. A tool call that no tool span answers but whose response appears in a
+later llm step's input messages becomes a *synthesized* tool step just before that llm step
+(``attributes["synthesized"]``), and a tool step without a recorded result takes it from there.
+Every trajectory carries a capture report saying what is missing for replay.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from .. import canonical
+from ..errors import CanonicalEncodingError
 from ..model import Outcome, Step, StepDraft, StepKind, Trajectory
 from . import MappedSpan, NormalizedSpan, Role, map_span
+from .messages import call_id, requested_tool_calls, tool_responses
 
 __all__ = ["assemble", "assemble_mapped", "capture_report", "merge"]
+
+_log = logging.getLogger(__name__)
 
 CONTENT_HINT = (
     "no message content was captured; set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="
@@ -40,10 +53,16 @@ def assemble(spans: Iterable[NormalizedSpan], *, source: str = "otel") -> list[T
     return assemble_mapped([map_span(s) for s in unique.values()], source=source)
 
 
-def assemble_mapped(mapped: list[MappedSpan], *, source: str = "otel") -> list[Trajectory]:
-    """:func:`assemble` for spans already mapped (importers that add their own fields)."""
+def assemble_mapped(
+    mapped: list[MappedSpan],
+    *,
+    source: str = "otel",
+    metadata: Mapping[str, Any] | None = None,
+) -> list[Trajectory]:
+    """:func:`assemble` for spans already mapped (importers that add their own fields);
+    ``metadata`` is added to every trajectory's metadata."""
     conversation_of_trace: dict[str, str] = {}
-    for m in mapped:
+    for m in sorted(mapped, key=_sort_key):
         if m.conversation_id and m.span.trace_id not in conversation_of_trace:
             conversation_of_trace[m.span.trace_id] = m.conversation_id
     groups: dict[str, list[MappedSpan]] = defaultdict(list)
@@ -51,10 +70,10 @@ def assemble_mapped(mapped: list[MappedSpan], *, source: str = "otel") -> list[T
         groups[conversation_of_trace.get(m.span.trace_id, m.span.trace_id)].append(m)
     trajectories = []
     for key, members in groups.items():
-        trajectory = _build(key, members, source)
+        trajectory = _build(key, members, source, metadata or {})
         if trajectory is not None:
             trajectories.append(trajectory)
-    trajectories.sort(key=lambda t: (t.steps[0].started_ns or 0) if t.steps else 0)
+    trajectories.sort(key=lambda t: ((t.steps[0].started_ns or 0) if t.steps else 0, t.session_id))
     return trajectories
 
 
@@ -62,9 +81,28 @@ def _sort_key(m: MappedSpan) -> tuple:
     return (m.span.start_ns, m.span.end_ns, m.span.span_id)
 
 
-def _build(key: str, members: list[MappedSpan], source: str) -> Trajectory | None:
-    if not any(m.role != Role.OTHER for m in members):
-        return None
+@dataclass
+class _Draft:
+    """A step draft plus what linking needs to know about it."""
+
+    draft: StepDraft
+    tool_call_ids: list[str] = field(default_factory=list)
+    _requests: list | None = None
+
+    @property
+    def kind(self) -> StepKind:
+        return self.draft.kind
+
+    @property
+    def requests(self) -> list[tuple[str | None, str, Any]]:
+        """:func:`_requests` of the draft, computed once (linking asks several times)."""
+        if self._requests is None:
+            self._requests = _requests(self.draft)
+        return self._requests
+
+
+def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
+    """The spans that become steps, in order, with their acting agent and enclosing plan."""
     by_id = {(m.span.trace_id, m.span.span_id): m for m in members}
     children: dict[tuple[str, str] | None, list[MappedSpan]] = defaultdict(list)
     for m in members:
@@ -76,119 +114,304 @@ def _build(key: str, members: list[MappedSpan], source: str) -> Trajectory | Non
     has_genai_below: dict[tuple[str, str], bool] = {}
 
     def genai_below(m: MappedSpan) -> bool:
-        ident = (m.span.trace_id, m.span.span_id)
-        if ident not in has_genai_below:
-            has_genai_below[ident] = False  # cycle guard for malformed parent links
-            has_genai_below[ident] = any(
-                c.role != Role.OTHER or genai_below(c) for c in children.get(ident, ())
-            )
-        return has_genai_below[ident]
+        # iterative post-order: a malformed trace can be deeper than Python's recursion limit
+        root = (m.span.trace_id, m.span.span_id)
+        stack = [(m, False)]
+        while stack:
+            node, expanded = stack.pop()
+            ident = (node.span.trace_id, node.span.span_id)
+            if ident in has_genai_below and not expanded:
+                continue
+            kids = children.get(ident, ())
+            if not expanded:
+                has_genai_below[ident] = False  # cycle guard for malformed parent links
+                stack.append((node, True))
+                stack.extend(
+                    (c, False)
+                    for c in kids
+                    if (c.span.trace_id, c.span.span_id) not in has_genai_below
+                )
+            else:
+                has_genai_below[ident] = any(
+                    c.role != Role.OTHER or has_genai_below.get((c.span.trace_id, c.span.span_id))
+                    for c in kids
+                )
+        return has_genai_below[root]
 
-    ordered: list[tuple[MappedSpan, str | None]] = []  # (span, acting agent)
+    ordered: list[tuple[MappedSpan, str | None, str | None]] = []
     visited: set[tuple[str, str]] = set()
-    stack: list[tuple[MappedSpan, str | None, bool]] = [
-        (m, None, False) for m in reversed(children.get(None, []))
+    stack: list[tuple[MappedSpan, str | None, str | None, bool]] = [
+        (m, None, None, False) for m in reversed(children.get(None, []))
     ]
-    while stack:
-        m, agent, inside_step = stack.pop()
+    unvisited = sorted(members, key=_sort_key, reverse=True)
+    while stack or unvisited:
+        if not stack:
+            # spans whose parent links form a cycle are reachable from no root: start at the
+            # earliest of them rather than drop them
+            candidate = unvisited.pop()
+            if (candidate.span.trace_id, candidate.span.span_id) not in visited:
+                stack.append((candidate, None, None, False))
+            continue
+        m, agent, plan, inside_step = stack.pop()
         ident = (m.span.trace_id, m.span.span_id)
         if ident in visited:
             continue
         visited.add(ident)
         if m.role == Role.AGENT:
             agent = m.agent or m.name or agent
-        take = False
         if (
             m.role == Role.STEP
-            or (m.role == Role.AGENT and not genai_below(m))
+            or (m.role in (Role.AGENT, Role.PLAN) and not genai_below(m))
             or (m.role == Role.OTHER and not inside_step and not children.get(ident))
         ):
-            take = True
-        if take:
-            ordered.append((m, m.agent or agent))
+            ordered.append((m, m.agent or agent, plan))
+        if m.role == Role.PLAN:
+            plan = m.name or m.span.name
         below_step = inside_step or m.role == Role.STEP
         for child in reversed(children.get(ident, [])):
-            stack.append((child, agent, below_step))
+            stack.append((child, agent, plan, below_step))
+    return ordered
+
+
+def _kind(m: MappedSpan) -> StepKind:
+    if m.role in (Role.STEP, Role.PLAN):
+        return m.kind
+    return StepKind.AGENT if m.role == Role.AGENT else StepKind.SPAN
+
+
+def _draft(m: MappedSpan, agent: str | None, plan: str | None) -> _Draft:
+    kind = _kind(m)
+    attributes: dict[str, Any] = dict(m.attributes)
+    attributes["span_name"] = m.span.name
+    if m.dialects:
+        attributes["dialect"] = ",".join(m.dialects)
+    if m.span.dropped_attributes:
+        attributes["dropped_attributes"] = m.span.dropped_attributes
+    if m.notes:
+        attributes["capture_notes"] = list(m.notes)
+    if plan is not None:
+        attributes["plan"] = plan
+    side_effects = bool(attributes.pop("side_effects", False))
+    return _Draft(
+        StepDraft(
+            kind=kind,
+            name=m.name or m.span.name,
+            inputs=m.inputs,
+            action=m.action,
+            agent=agent,
+            resamplable=kind is not StepKind.SPAN,
+            side_effects=side_effects,
+            error=m.error,
+            started_ns=m.span.start_ns,
+            ended_ns=m.span.end_ns,
+            trace_id=m.span.trace_id,
+            span_id=m.span.span_id,
+            parent_span_id=m.span.parent_span_id,
+            attributes={k: v for k, v in attributes.items() if v is not None},
+        ),
+        tool_call_ids=list(m.tool_call_ids) if kind is StepKind.TOOL else [],
+    )
+
+
+def _input_messages(draft: StepDraft) -> Any:
+    inputs = draft.inputs
+    return inputs.get("messages") if isinstance(inputs, dict) else None
+
+
+def _requests(draft: StepDraft) -> list[tuple[str | None, str, Any]]:
+    """``(id, name, arguments)`` of the tool calls an llm step's output asks for."""
+    if draft.kind is not StepKind.LLM or not isinstance(draft.action, list):
+        return []
+    out = []
+    for message in draft.action:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and part.get("type") == "tool_call":
+                out.append(
+                    (call_id(part.get("id")), str(part.get("name") or ""), part.get("arguments"))
+                )
+    return out
+
+
+def _synthesize(items: list[_Draft]) -> list[_Draft]:
+    """Fill tool results and add tool steps that only later prompts show (see module doc).
+    Runs after a first :func:`_link`, so tool steps matched by name count as answers."""
+    answered = {cid for item in items for cid in item.tool_call_ids}
+    answered.update(
+        str(item.draft.attributes["tool_call_id"])
+        for item in items
+        if item.kind is StepKind.TOOL and item.draft.attributes.get("tool_call_id")
+    )
+    requested: dict[str, tuple[str, Any, StepDraft]] = {}
+    out: list[_Draft] = []
+    tools_without_result = {
+        cid: item
+        for item in items
+        if item.kind is StepKind.TOOL and item.draft.action is None
+        for cid in item.tool_call_ids
+    }
+    for item in items:
+        draft = item.draft
+        if draft.kind is StepKind.LLM:
+            responses = tool_responses(_input_messages(draft))
+            for cid, response in responses.items():
+                if cid in tools_without_result:
+                    tool = tools_without_result.pop(cid).draft
+                    tool.action = response
+                    tool.attributes = {**tool.attributes, "result_from": "later llm input"}
+                elif cid in requested and cid not in answered:
+                    name, arguments, requester = requested[cid]
+                    answered.add(cid)
+                    synthesized = StepDraft(
+                        kind=StepKind.TOOL,
+                        name=name or "tool",
+                        inputs={"arguments": arguments},
+                        action=response,
+                        agent=requester.agent,
+                        started_ns=draft.started_ns,
+                        ended_ns=draft.started_ns,
+                        trace_id=draft.trace_id,
+                        attributes={"synthesized": "from a later llm input"},
+                    )
+                    out.append(_Draft(synthesized, tool_call_ids=[cid]))
+            for cid, name, arguments in item.requests:
+                if cid is not None and cid not in requested:
+                    requested[cid] = (name, arguments, draft)
+        out.append(item)
+    return out
+
+
+def _link(items: list[_Draft]) -> None:
+    """Name, for each tool step, the llm step whose output requested it."""
+    by_id: dict[str, int] = {}
+    open_by_name: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
+    for index, item in enumerate(items):
+        draft = item.draft
+        if draft.kind is StepKind.TOOL:
+            attributes = {
+                k: v
+                for k, v in draft.attributes.items()
+                if k not in ("requested_by", "tool_call_id")
+            }
+            match: tuple[int, str | None] | None = None
+            for cid in item.tool_call_ids:
+                if cid in by_id:
+                    match = (by_id[cid], cid)
+                    break
+            if match is None and not item.tool_call_ids and open_by_name.get(draft.name):
+                match = open_by_name[draft.name][0]
+            if match is not None:
+                attributes["requested_by"] = match[0]
+                if match[1] is not None:
+                    attributes["tool_call_id"] = match[1]
+                pending = open_by_name.get(draft.name, [])
+                if match in pending:
+                    pending.remove(match)
+            elif item.tool_call_ids:
+                attributes["tool_call_id"] = item.tool_call_ids[-1]
+            draft.attributes = attributes
+        requests = item.requests
+        if requests:
+            ids = [cid for cid, _, _ in requests if cid is not None]
+            if ids:
+                draft.attributes = {**draft.attributes, "tool_calls": ids}
+            for cid, name, _ in requests:
+                if cid is not None:
+                    by_id.setdefault(cid, index)
+                open_by_name[name].append((index, cid))
+
+
+def _encodable(value: Any, what: str, notes: list[str]) -> Any:
+    try:
+        canonical.encode(value)
+        return value
+    except (CanonicalEncodingError, RecursionError, ValueError, TypeError) as exc:
+        notes.append(f"{what} could not be stored as recorded ({type(exc).__name__}); kept as text")
+        return {"unencodable": repr(value)[:2000]}
+
+
+def _seal(session: Trajectory, drafts: list[StepDraft]) -> Trajectory:
+    """``session.with_steps(drafts)``; a value that cannot be hashed is replaced by its text
+    and noted, so one odd span never loses a whole trajectory."""
+    try:
+        return session.with_steps(drafts)
+    except (CanonicalEncodingError, RecursionError, ValueError, TypeError):
+        pass
+    for draft in drafts:
+        notes: list[str] = []
+        draft.inputs = _encodable(draft.inputs, "inputs", notes)
+        draft.action = _encodable(draft.action, "output", notes)
+        draft.error = _encodable(draft.error, "error", notes)
+        attributes = _encodable(dict(draft.attributes), "attributes", notes)
+        if notes:
+            if not isinstance(attributes, dict):
+                attributes = {"span_name": draft.name}
+            attributes["capture_notes"] = [*attributes.get("capture_notes", ()), *notes]
+            draft.attributes = attributes
+    return session.with_steps(drafts)
+
+
+def _build(
+    key: str, members: list[MappedSpan], source: str, extra: Mapping[str, Any]
+) -> Trajectory | None:
+    if not any(m.role != Role.OTHER for m in members):
+        return None
+    ordered = _walk(members)
     if not ordered:
         return None
+    items = [_draft(m, agent, plan) for m, agent, plan in ordered]
+    _link(items)  # first pass: which requests have a tool step (by id or by name)
+    items = _synthesize(items)
+    _link(items)  # again: synthesized steps shift the indices
+    drafts = [item.draft for item in items]
 
-    drafts: list[StepDraft] = []
-    requested: dict[str, int] = {}
-    for index, (m, agent) in enumerate(ordered):
-        kind = (
-            m.kind
-            if m.role == Role.STEP
-            else (StepKind.AGENT if m.role == Role.AGENT else StepKind.SPAN)
-        )
-        attributes: dict[str, Any] = dict(m.attributes)
-        attributes["span_name"] = m.span.name
-        if m.dialects:
-            attributes["dialect"] = ",".join(m.dialects)
-        if m.span.dropped_attributes:
-            attributes["dropped_attributes"] = m.span.dropped_attributes
-        if m.notes:
-            attributes["capture_notes"] = list(m.notes)
-        side_effects = bool(attributes.pop("side_effects", False))
-        if kind is StepKind.TOOL and m.tool_call_ids:
-            for call_id in m.tool_call_ids:
-                if call_id in requested:
-                    attributes["tool_call_id"] = call_id
-                    attributes["requested_by"] = requested[call_id]
-                    break
-            else:
-                attributes["tool_call_id"] = m.tool_call_ids[-1]
-        for call_id in m.requested_tool_calls:
-            requested[call_id] = index
-        if m.requested_tool_calls:
-            attributes["tool_calls"] = list(m.requested_tool_calls)
-        drafts.append(
-            StepDraft(
-                kind=kind,
-                name=m.name or m.span.name,
-                inputs=m.inputs,
-                action=m.action,
-                agent=agent,
-                resamplable=kind is not StepKind.SPAN,
-                side_effects=side_effects,
-                error=m.error,
-                started_ns=m.span.start_ns,
-                ended_ns=m.span.end_ns,
-                trace_id=m.span.trace_id,
-                span_id=m.span.span_id,
-                parent_span_id=m.span.parent_span_id,
-                attributes=attributes,
-            )
-        )
-
-    roots = children.get(None, [])
+    roots = sorted((m for m in members if not _has_parent(m, members)), key=_sort_key)
     root = roots[0] if roots else ordered[0][0]
     failed = True if root.span.status_code == 2 else None
     service = root.span.resource.get("service.name")
+    logs = sum(len(m.span.logs) for m in members)
     metadata: dict[str, Any] = {
         "source": source,
         "trace_ids": sorted({m.span.trace_id for m in members}),
         "root_span": root.span.name,
-        "capture": capture_report(drafts, spans=len(members)),
+        "capture": capture_report(drafts, spans=len(members), logs=logs),
     }
     if service is not None:
         metadata["service"] = service
+    metadata.update(extra)
     outcome = Outcome(failed=failed, error=root.error) if failed else None
     task = (
         root.inputs if root.role != Role.STEP and root.has_inputs else {"root_span": root.span.name}
     )
-    return Trajectory(
-        session_id=key,
-        steps=(),
-        task=task,
-        outcome=outcome,
-        metadata=metadata,
-    ).with_steps(drafts)
+    notes: list[str] = []
+    task = _encodable(task, "task", notes)
+    if notes:
+        metadata["capture"]["notes"].extend(notes)
+    session = Trajectory(session_id=key, steps=(), task=task, outcome=outcome, metadata=metadata)
+    return _seal(session, drafts)
+
+
+def _has_parent(m: MappedSpan, members: list[MappedSpan]) -> bool:
+    parent = m.span.parent_span_id
+    return bool(parent) and any(
+        o.span.span_id == parent and o.span.trace_id == m.span.trace_id for o in members
+    )
 
 
 def capture_report(
-    steps: Sequence[StepDraft | Step], *, spans: int | None = None
+    steps: Sequence[StepDraft | Step],
+    *,
+    spans: int | None = None,
+    logs: int | None = None,
 ) -> dict[str, Any]:
-    """What an imported or captured trajectory lacks for replay, computed from its steps."""
+    """What an imported or captured trajectory lacks for replay, computed from its steps.
+
+    Keys: ``steps``, ``dialects``, ``steps_without_content`` (indices),
+    ``tool_steps_without_result``, ``opaque_steps`` (names), ``truncated_steps``,
+    ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
+    nothing answered), ``notes`` (sentences for people) and ``replayable`` (content everywhere
+    and nothing truncated); ``spans`` / ``log_records`` when the caller knows them.
+    """
     no_content = [
         i
         for i, s in enumerate(steps)
@@ -197,6 +420,15 @@ def capture_report(
     no_result = [i for i, s in enumerate(steps) if s.kind is StepKind.TOOL and s.action is None]
     opaque = [s.name for s in steps if s.kind is StepKind.SPAN]
     truncated = [i for i, s in enumerate(steps) if s.attributes.get("dropped_attributes")]
+    synthesized = [i for i, s in enumerate(steps) if s.attributes.get("synthesized")]
+    answered = {s.attributes.get("tool_call_id") for s in steps if s.kind is StepKind.TOOL}
+    unanswered = [
+        cid
+        for s in steps
+        if s.kind is StepKind.LLM
+        for cid, _ in requested_tool_calls(s.action)
+        if cid is not None and cid not in answered
+    ]
     notes = [
         f"step {i}: {note}"
         for i, s in enumerate(steps)
@@ -211,6 +443,13 @@ def capture_report(
         )
     if no_result:
         notes.append(f"{len(no_result)} tool step(s) have no recorded result")
+    if synthesized:
+        notes.append(
+            f"{len(synthesized)} tool step(s) were rebuilt from later prompts (no tool span "
+            "was recorded for them)"
+        )
+    if unanswered:
+        notes.append(f"{len(unanswered)} requested tool call(s) have no recorded result")
     if opaque:
         notes.append(f"{len(opaque)} unrecognised span(s) kept as opaque steps")
     dialects = sorted(
@@ -223,11 +462,15 @@ def capture_report(
         "tool_steps_without_result": no_result,
         "opaque_steps": opaque,
         "truncated_steps": truncated,
+        "synthesized_tool_steps": synthesized,
+        "unanswered_tool_calls": unanswered,
         "notes": notes,
         "replayable": not no_content and not truncated,
     }
     if spans is not None:
         report["spans"] = spans
+    if logs:
+        report["log_records"] = logs
     return report
 
 

@@ -7,11 +7,22 @@ the dialect mapping and the trajectory assembly only ever see this shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["LogEvent", "NormalizedSpan", "SpanEvent", "from_readable_span", "plain_value"]
+__all__ = [
+    "LogEvent",
+    "NormalizedSpan",
+    "SpanEvent",
+    "attach_logs",
+    "from_readable_span",
+    "log_from_dict",
+    "log_to_dict",
+    "plain_value",
+    "span_from_dict",
+    "span_to_dict",
+]
 
 
 @dataclass(frozen=True)
@@ -23,12 +34,18 @@ class SpanEvent:
 
 @dataclass(frozen=True)
 class LogEvent:
-    """A log record joined to a span (GenAI content in event-only capture modes)."""
+    """A log record joined to a span (GenAI content in event-only capture modes).
+
+    ``name`` is the record's ``event_name`` (older SDKs: its ``event.name`` attribute);
+    ``trace_id`` / ``span_id`` say which span it belongs to (empty when it names none).
+    """
 
     name: str
     time_ns: int
     attributes: Mapping[str, Any] = field(default_factory=dict)
     body: Any = None
+    trace_id: str = ""
+    span_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,54 @@ class NormalizedSpan:
     scope_version: str = ""
     dropped_attributes: int = 0
     dropped_events: int = 0
+
+    @classmethod
+    def fast(
+        cls,
+        trace_id: str,
+        span_id: str,
+        name: str,
+        parent_span_id: str | None,
+        parent_is_remote: bool,
+        kind: int,
+        start_ns: int,
+        end_ns: int,
+        status_code: int,
+        status_message: str,
+        attributes: Mapping[str, Any],
+        events: Sequence[SpanEvent],
+        resource: Mapping[str, Any],
+        scope_name: str,
+        scope_version: str,
+        dropped_attributes: int,
+        dropped_events: int,
+    ) -> NormalizedSpan:
+        """The same span as the constructor, for the decoders' hot loops: a frozen
+        dataclass's ``__init__`` sets each field through ``object.__setattr__`` (measured
+        1.6 µs per span against 0.4 µs for filling ``__dict__`` directly, a fifth of the
+        time ``json.loads`` spends on a typical span). Arguments are not checked."""
+        span = object.__new__(cls)
+        span.__dict__.update(
+            trace_id=trace_id,
+            span_id=span_id,
+            name=name,
+            parent_span_id=parent_span_id,
+            parent_is_remote=parent_is_remote,
+            kind=kind,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            status_code=status_code,
+            status_message=status_message,
+            attributes=attributes,
+            events=events,
+            logs=(),
+            resource=resource,
+            scope_name=scope_name,
+            scope_version=scope_version,
+            dropped_attributes=dropped_attributes,
+            dropped_events=dropped_events,
+        )
+        return span
 
 
 def plain_value(value: Any) -> Any:
@@ -101,4 +166,111 @@ def from_readable_span(span: Any) -> NormalizedSpan:
         scope_version=(scope.version or "") if scope is not None else "",
         dropped_attributes=getattr(span, "dropped_attributes", 0) or 0,
         dropped_events=getattr(span, "dropped_events", 0) or 0,
+    )
+
+
+def attach_logs(
+    spans: Iterable[NormalizedSpan], logs: Iterable[LogEvent]
+) -> tuple[list[NormalizedSpan], list[LogEvent]]:
+    """Join log records to their spans by trace id and span id.
+
+    Returns the spans (those with records get them appended to ``logs``, in time order) and
+    the records whose span is not among ``spans`` (orphans: the caller decides whether to
+    wait for the span, as the receiver does, or to report them, as file imports do).
+    """
+    by_span: dict[tuple[str, str], list[LogEvent]] = {}
+    for log in logs:
+        by_span.setdefault((log.trace_id, log.span_id), []).append(log)
+    if not by_span:
+        return list(spans), []
+    out = []
+    for span in spans:
+        joined = by_span.pop((span.trace_id, span.span_id), None)
+        if joined:
+            merged = sorted((*span.logs, *joined), key=lambda e: e.time_ns)
+            span = replace(span, logs=tuple(merged))
+        out.append(span)
+    orphans = [log for group in by_span.values() for log in group]
+    return out, orphans
+
+
+# -- a compact plain-data form, for the receiver's durable pending table -----------------------
+
+
+def span_to_dict(span: NormalizedSpan) -> dict[str, Any]:
+    """``span`` as JSON-ready plain data (attribute values are already plain)."""
+    data: dict[str, Any] = {
+        "t": span.trace_id,
+        "s": span.span_id,
+        "n": span.name,
+        "k": span.kind,
+        "b": span.start_ns,
+        "e": span.end_ns,
+        "a": dict(span.attributes),
+    }
+    if span.parent_span_id:
+        data["p"] = span.parent_span_id
+    if span.parent_is_remote:
+        data["pr"] = True
+    if span.status_code or span.status_message:
+        data["st"] = [span.status_code, span.status_message]
+    if span.events:
+        data["ev"] = [[e.name, e.time_ns, dict(e.attributes)] for e in span.events]
+    if span.logs:
+        data["lg"] = [log_to_dict(log) for log in span.logs]
+    if span.resource:
+        data["r"] = dict(span.resource)
+    if span.scope_name or span.scope_version:
+        data["sc"] = [span.scope_name, span.scope_version]
+    if span.dropped_attributes or span.dropped_events:
+        data["d"] = [span.dropped_attributes, span.dropped_events]
+    return data
+
+
+def span_from_dict(data: Mapping[str, Any]) -> NormalizedSpan:
+    """Inverse of :func:`span_to_dict`."""
+    status = data.get("st") or (0, "")
+    scope = data.get("sc") or ("", "")
+    dropped = data.get("d") or (0, 0)
+    return NormalizedSpan(
+        trace_id=data["t"],
+        span_id=data["s"],
+        name=data["n"],
+        parent_span_id=data.get("p"),
+        parent_is_remote=bool(data.get("pr")),
+        kind=data.get("k", 1),
+        start_ns=data.get("b", 0),
+        end_ns=data.get("e", 0),
+        status_code=status[0],
+        status_message=status[1],
+        attributes=data.get("a") or {},
+        events=tuple(SpanEvent(e[0], e[1], e[2]) for e in data.get("ev") or ()),
+        logs=tuple(log_from_dict(log) for log in data.get("lg") or ()),
+        resource=data.get("r") or {},
+        scope_name=scope[0],
+        scope_version=scope[1],
+        dropped_attributes=dropped[0],
+        dropped_events=dropped[1],
+    )
+
+
+def log_to_dict(log: LogEvent) -> dict[str, Any]:
+    return {
+        "n": log.name,
+        "ts": log.time_ns,
+        "a": dict(log.attributes),
+        "b": log.body,
+        "t": log.trace_id,
+        "s": log.span_id,
+    }
+
+
+def log_from_dict(data: Mapping[str, Any]) -> LogEvent:
+    return LogEvent(
+        name=data.get("n", ""),
+        time_ns=data.get("ts", 0),
+        attributes=data.get("a") or {},
+        body=data.get("b"),
+        trace_id=data.get("t", ""),
+        span_id=data.get("s", ""),
     )

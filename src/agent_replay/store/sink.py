@@ -1,27 +1,42 @@
 """From a stream of finished spans to stored trajectories.
 
-:class:`SpanSink` buffers normalised spans per trace and, when a trace is complete (its local
-root span ended), idle for a while, or a flush is forced, assembles its trajectories and writes
-them in one transaction. Spans that arrive for a trace already written (late children,
-distributed traces) re-assemble that trace from every span seen; a conversation spread over
-several traces is merged with what the store already holds. Used by the span processor's
-worker thread and by the OTLP receiver; not thread-safe itself.
+:class:`SpanSink` buffers normalised spans per trace *in memory* and, when a trace is complete
+(its local root span ended), idle for a while, or a flush is forced, assembles its
+trajectories and writes them in one transaction. Spans that arrive for a trace already written
+(late children, distributed traces) re-assemble that trace from every span seen; a
+conversation spread over several traces is merged with what the store already holds. Used by
+the span processor's worker thread; not thread-safe itself.
+
+:class:`DurableSpanSink` does the same for the OTLP receiver, but buffers in the store's
+pending tables: :meth:`~DurableSpanSink.add` returns only once the spans are committed to disk,
+so the receiver can acknowledge an export knowing a crash will not lose it, and a restarted
+receiver assembles whatever was left waiting.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..errors import AgentReplayError
 from ..mapping.assemble import assemble, merge
-from ..mapping.spans import NormalizedSpan
+from ..mapping.spans import (
+    LogEvent,
+    NormalizedSpan,
+    attach_logs,
+    log_from_dict,
+    log_to_dict,
+    span_from_dict,
+    span_to_dict,
+)
 from ..model import Trajectory
 from .sqlite import CheckpointStore
 
-__all__ = ["SpanSink"]
+__all__ = ["DurableSpanSink", "SpanSink"]
 
 _log = logging.getLogger(__name__)
 
@@ -95,13 +110,102 @@ class SpanSink:
         return len(trajectories)
 
     def _merged(self, trajectory: Trajectory) -> Trajectory:
-        if trajectory.session_id not in self.store:
-            return trajectory
-        try:
-            old = self.store.load(trajectory.session_id)
-        except AgentReplayError as exc:
-            _log.warning(
-                "agent-replay: replacing unreadable session %s (%s)", trajectory.session_id, exc
+        return merged_with_stored(self.store, trajectory)
+
+
+def merged_with_stored(store: CheckpointStore, trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` merged with the stored session of the same id (other traces of the same
+    conversation), or itself when there is none or it cannot be read."""
+    if trajectory.session_id not in store:
+        return trajectory
+    try:
+        old = store.load(trajectory.session_id)
+    except AgentReplayError as exc:
+        _log.warning(
+            "agent-replay: replacing unreadable session %s (%s)", trajectory.session_id, exc
+        )
+        return trajectory
+    return merge(old, trajectory)
+
+
+def _dumps(data: dict) -> bytes:
+    # separators keep rows small; default=str keeps an odd attribute value from failing a commit
+    return json.dumps(data, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass")
+
+
+class DurableSpanSink:
+    """Buffers received spans in the store's pending tables and assembles them from there.
+
+    :meth:`add` (called by the receiver's writer thread) and :meth:`assemble_ready` /
+    :meth:`purge` (called by its assembler thread) may run at the same time: each thread uses
+    its own SQLite connection and every write is one transaction. Errors from the store
+    propagate (the receiver answers 503 and the client retries).
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        source: str = "otel",
+        idle_seconds: float = 30.0,
+        retain_seconds: float = 3600.0,
+        batch_traces: int = 200,
+    ) -> None:
+        self.store = store
+        self.source = source
+        self.idle_seconds = idle_seconds
+        self.retain_seconds = retain_seconds
+        self.batch_traces = batch_traces
+        self.sessions_written = 0
+        self.unjoinable_logs = 0
+
+    def add(
+        self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
+    ) -> tuple[int, int]:
+        """Commit ``spans`` and ``logs`` durably; returns how many of each were new. Log records
+        that name no span cannot be joined to one and are counted, not stored."""
+        span_rows = [
+            (
+                s.trace_id,
+                s.span_id,
+                _dumps(span_to_dict(s)),
+                s.parent_span_id is None or s.parent_is_remote,
             )
-            return trajectory
-        return merge(old, trajectory)
+            for s in spans
+        ]
+        log_rows = []
+        for log in logs:
+            if not log.trace_id or not log.span_id:
+                self.unjoinable_logs += 1
+                continue
+            data = _dumps(log_to_dict(log))
+            log_rows.append((hashlib.sha256(data).hexdigest(), log.trace_id, log.span_id, data))
+        if not span_rows and not log_rows:
+            return 0, 0
+        return self.store.add_pending(span_rows, log_rows)
+
+    def assemble_ready(self, *, force: bool = False) -> int:
+        """Assemble and store every trace that is complete or idle (every waiting one when
+        ``force``); returns the number of sessions written."""
+        traces = self.store.ready_traces(idle_ns=int(self.idle_seconds * 1e9), force=force)
+        written = 0
+        for start in range(0, len(traces), self.batch_traces):
+            batch = traces[start : start + self.batch_traces]
+            span_rows, log_rows = self.store.pending_rows(batch)
+            spans = [span_from_dict(json.loads(data)) for _, _, data in span_rows]
+            logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
+            if logs:
+                spans, _ = attach_logs(spans, logs)
+            trajectories = [
+                merged_with_stored(self.store, t) for t in assemble(spans, source=self.source)
+            ]
+            self.store.commit_assembled(
+                trajectories, [(t, s) for t, s, _ in span_rows], [d for d, _ in log_rows]
+            )
+            written += len(trajectories)
+        self.sessions_written += written
+        return written
+
+    def purge(self) -> int:
+        """Forget assembled rows older than ``retain_seconds``; returns rows deleted."""
+        return self.store.purge_pending(older_than_ns=int(self.retain_seconds * 1e9))

@@ -9,6 +9,15 @@ Layout (schema version in ``meta``):
 * ``sessions(session_id, head, header, digest, ...)``: a trajectory is its head step plus the
   session header (task, seed, outcome, lineage, metadata); the chain is walked back from the
   head through ``prev``.
+* ``pending_spans`` / ``pending_logs`` (schema 2): spans and log records the OTLP receiver has
+  acknowledged but not yet assembled into trajectories (``state`` 0), and, for a while after
+  assembly (``state`` 1), the spans of assembled traces so that late spans re-assemble the
+  whole trace. Rows are keyed by trace and span id (log records by a digest of their content),
+  so a retried export is stored once.
+
+Schema history: 1 → 2 added the two pending tables. A schema-1 file is migrated in place, in
+one transaction, the first time this version opens it (nothing else changes, so everything in
+it stays readable); a schema-2 file is refused by agent-replay versions that only know 1.
 
 Loading checks every blob hash, every step hash, every link and the session digest, and raises
 :class:`ChainIntegrityError` at the first mismatch: a tampered or corrupted session never
@@ -41,7 +50,7 @@ from ..model import GENESIS_HASH, Lineage, Outcome, Step, StepKind, Trajectory
 
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x41525031  # "ARP1": marks the file as an agent-replay store
 
 _SCHEMA = """
@@ -64,6 +73,25 @@ CREATE TABLE IF NOT EXISTS sessions (
     saved_ns INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_session);
+CREATE TABLE IF NOT EXISTS pending_spans (
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    is_root INTEGER NOT NULL,
+    received_ns INTEGER NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pending_spans_state ON pending_spans(state, trace_id);
+CREATE TABLE IF NOT EXISTS pending_logs (
+    digest TEXT PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    received_ns INTEGER NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pending_logs_trace ON pending_logs(trace_id, state);
 """
 
 _TABLES = frozenset({"meta", "blobs", "steps", "sessions"})
@@ -239,6 +267,11 @@ class CheckpointStore:
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
+            # migration 1 → 2: the statements above added the pending tables
+            conn.execute(
+                "UPDATE meta SET value=? WHERE key='schema_version' AND CAST(value AS INTEGER) < ?",
+                (str(SCHEMA_VERSION), SCHEMA_VERSION),
+            )
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute("COMMIT")
         except (sqlite3.DatabaseError, StoreError) as exc:
@@ -310,6 +343,36 @@ class CheckpointStore:
 
     def save_many(self, trajectories: list[Trajectory], *, replace: bool = True) -> None:
         """Store several trajectories in one transaction (all or nothing)."""
+        rows = self._rows(trajectories)
+        with self._sqlite_errors("save"), self._transaction() as conn:
+            self._write(conn, rows, replace=replace)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
+        error; refuses a store file deleted or replaced while open."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        # An open connection keeps writing to a file that was deleted or replaced meanwhile,
+        # and everything written there is lost without an error: refuse instead.
+        if _file_identity(self.path) != self._identity:
+            conn.execute("ROLLBACK")
+            raise StoreError(
+                f"{self.path}: the store file was deleted or replaced while open; "
+                "open the store again"
+            )
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK
+            # would then raise and hide the real error
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _rows(self, trajectories: list[Trajectory]) -> tuple[dict, dict, list]:
+        """Blob, step and session rows (encoded before any transaction starts)."""
         blobs: dict[str, bytes] = {}
         steps: dict[str, tuple] = {}
         sessions = []
@@ -336,51 +399,151 @@ class CheckpointStore:
                     now,
                 )
             )
-        with self._sqlite_errors("save"):
-            self._write(blobs, steps, sessions, replace)
+        return blobs, steps, sessions
 
-    def _write(
-        self, blobs: dict[str, bytes], steps: dict[str, tuple], sessions: list[tuple], replace: bool
-    ) -> None:
+    def _write(self, conn: sqlite3.Connection, rows: tuple, *, replace: bool) -> None:
+        blobs, steps, sessions = rows
+        if not replace:
+            for row in sessions:
+                old = conn.execute(
+                    "SELECT digest FROM sessions WHERE session_id=?", (row[0],)
+                ).fetchone()
+                if old is not None and old[0] != row[4]:
+                    raise StoreError(
+                        f"session {row[0]!r} already exists in {self.path} with other "
+                        "content; choose another session id"
+                    )
+        conn.executemany("INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", blobs.items())
+        conn.executemany(
+            "INSERT OR IGNORE INTO steps(hash, prev, idx, header) VALUES (?, ?, ?, ?)",
+            steps.values(),
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO sessions(session_id, head, n_steps, header, digest, "
+            "source, failed, score, parent_session, fork_step, saved_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            sessions,
+        )
+
+    # -- the receiver's pending spans ------------------------------------------------------
+
+    def add_pending(
+        self, spans: list[tuple[str, str, bytes, bool]], logs: list[tuple[str, str, str, bytes]]
+    ) -> tuple[int, int]:
+        """Durably store received spans ``(trace_id, span_id, data, is_root)`` and log records
+        ``(digest, trace_id, span_id, data)`` in one transaction; returns how many of each were
+        new (a span or record already stored, from a retried export, is not stored again).
+        When this returns, the rows survive a crash."""
+        now = time.time_ns()
+        with self._sqlite_errors("store received spans"), self._transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO pending_spans(trace_id, span_id, data, is_root, "
+                "received_ns) VALUES (?, ?, ?, ?, ?)",
+                [(t, s, d, int(r), now) for t, s, d, r in spans],
+            )
+            new_spans = conn.total_changes - before
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO pending_logs(digest, trace_id, span_id, data, "
+                "received_ns) VALUES (?, ?, ?, ?, ?)",
+                [(h, t, s, d, now) for h, t, s, d in logs],
+            )
+            new_logs = conn.total_changes - before
+        return new_spans, new_logs
+
+    def ready_traces(self, *, idle_ns: int, force: bool = False) -> list[str]:
+        """Traces with spans or log records waiting to be assembled whose local root span has
+        arrived, or whose last arrival is ``idle_ns`` old (every waiting trace when ``force``)."""
+        cutoff = time.time_ns() - idle_ns
+        rows = (
+            self._conn()
+            .execute(
+                """
+            WITH waiting(trace_id, last) AS (
+                SELECT trace_id, MAX(received_ns) FROM pending_spans WHERE state=0
+                GROUP BY trace_id
+                UNION ALL
+                SELECT trace_id, MAX(received_ns) FROM pending_logs WHERE state=0
+                GROUP BY trace_id
+            )
+            SELECT w.trace_id, MAX(w.last),
+                   EXISTS(SELECT 1 FROM pending_spans r WHERE r.trace_id=w.trace_id
+                          AND r.is_root=1),
+                   EXISTS(SELECT 1 FROM pending_spans r WHERE r.trace_id=w.trace_id)
+            FROM waiting AS w GROUP BY w.trace_id
+            """
+            )
+            .fetchall()
+        )
+        return [
+            trace
+            for trace, last, has_root, has_spans in rows
+            if has_spans and (force or has_root or last <= cutoff)
+        ]
+
+    def pending_rows(self, trace_ids: list[str]) -> tuple[list[tuple], list[tuple]]:
+        """Every stored span ``(trace_id, span_id, data)`` and log record ``(digest, data)``
+        of ``trace_ids``, assembled or not."""
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        # An open connection keeps writing to a file that was deleted or replaced meanwhile,
-        # and everything written there is lost without an error: refuse instead.
-        if _file_identity(self.path) != self._identity:
-            conn.execute("ROLLBACK")
-            raise StoreError(
-                f"{self.path}: the store file was deleted or replaced while open; "
-                "open the store again"
+        spans: list[tuple] = []
+        logs: list[tuple] = []
+        for start in range(0, len(trace_ids), 500):
+            chunk = trace_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT trace_id, span_id, data FROM pending_spans WHERE trace_id IN ({marks})"
+            spans.extend(conn.execute(query, chunk))
+            logs.extend(
+                conn.execute(
+                    f"SELECT digest, data FROM pending_logs WHERE trace_id IN ({marks})", chunk
+                )
             )
-        try:
-            if not replace:
-                for row in sessions:
-                    old = conn.execute(
-                        "SELECT digest FROM sessions WHERE session_id=?", (row[0],)
-                    ).fetchone()
-                    if old is not None and old[0] != row[4]:
-                        raise StoreError(
-                            f"session {row[0]!r} already exists in {self.path} with other "
-                            "content; choose another session id"
-                        )
-            conn.executemany("INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", blobs.items())
+        return spans, logs
+
+    def commit_assembled(
+        self,
+        trajectories: list[Trajectory],
+        spans: list[tuple[str, str]],
+        logs: list[str],
+    ) -> None:
+        """Save ``trajectories`` and mark the span ``(trace_id, span_id)`` and log-record
+        ``digest`` rows they were built from as assembled, in one transaction (rows that
+        arrived meanwhile stay waiting, so they are assembled next time)."""
+        rows = self._rows(trajectories)
+        with self._sqlite_errors("save assembled traces"), self._transaction() as conn:
+            self._write(conn, rows, replace=True)
             conn.executemany(
-                "INSERT OR IGNORE INTO steps(hash, prev, idx, header) VALUES (?, ?, ?, ?)",
-                steps.values(),
+                "UPDATE pending_spans SET state=1 WHERE trace_id=? AND span_id=?", spans
             )
-            conn.executemany(
-                "INSERT OR REPLACE INTO sessions(session_id, head, n_steps, header, digest, "
-                "source, failed, score, parent_session, fork_step, saved_ns) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                sessions,
+            conn.executemany("UPDATE pending_logs SET state=1 WHERE digest=?", [(d,) for d in logs])
+
+    def purge_pending(self, *, older_than_ns: int) -> int:
+        """Forget assembled spans (and log records that never found their span) received
+        before ``older_than_ns`` ago; returns rows deleted. Late spans of a purged trace are
+        assembled on their own and merged into the stored session."""
+        cutoff = time.time_ns() - older_than_ns
+        with self._sqlite_errors("purge assembled spans"), self._transaction() as conn:
+            before = conn.total_changes
+            conn.execute(
+                "DELETE FROM pending_spans WHERE state=1 AND trace_id IN ("
+                "SELECT trace_id FROM pending_spans GROUP BY trace_id "
+                "HAVING MAX(state)=1 AND MIN(state)=1 AND MAX(received_ns) < ?)",
+                (cutoff,),
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK
-            # would then raise and hide the real error
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            conn.execute("DELETE FROM pending_logs WHERE received_ns < ?", (cutoff,))
+            deleted = conn.total_changes - before
+        return deleted
+
+    def pending_counts(self) -> dict[str, int]:
+        """Rows in the pending tables: waiting and assembled spans and log records."""
+        conn = self._conn()
+        out = {}
+        for table in ("pending_spans", "pending_logs"):
+            for state, name in ((0, "waiting"), (1, "assembled")):
+                out[f"{table.split('_')[1]}_{name}"] = conn.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE state=?", (state,)
+                ).fetchone()[0]
+        return out
 
     def delete(self, session_id: str) -> None:
         """Forget a session (its blobs and steps stay while other sessions share them)."""

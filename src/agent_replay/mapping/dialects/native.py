@@ -1,7 +1,8 @@
 """Spans emitted by agent-replay's own ctx API (scope ``agent_replay``).
 
 Content arrives only when the user opted in to content capture; then ``agent_replay.step.inputs``
-and ``agent_replay.step.output`` hold the step's values as JSON.
+and ``agent_replay.step.output`` hold the step's values as JSON. ``agent_replay.session.id``
+groups the spans of one recorded session (they reach the receiver from another process).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if kind is None:
         return False
     mapped.set_step(StepKind.parse(kind), str(attrs.get(PREFIX + "name") or span.name))
+    session = attrs.get("agent_replay.session.id")
+    if isinstance(session, str) and session and mapped.conversation_id is None:
+        mapped.conversation_id = session
     if PREFIX + "inputs" in attrs:
         mapped.set_inputs(parse_json(attrs[PREFIX + "inputs"]))
     if PREFIX + "output" in attrs:

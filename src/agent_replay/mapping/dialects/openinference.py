@@ -22,7 +22,6 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from .genai import tool_call_ids
 
 SPAN_KIND = "openinference.span.kind"
 INPUT_VALUE = "input.value"
@@ -158,18 +157,14 @@ def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
             for text in _texts(_tree(attrs, PROMPTS), ("prompt", "text"))
         ]
     if messages:
-        inputs: dict[str, Any] = {"messages": messages}
         tools = [_tool_definition(t) for t in _items(_tree(attrs, TOOLS))]
-        tools = [t for t in tools if t is not None]
-        if tools:
-            inputs["tools"] = tools
         model = _text(attrs.get(REQUEST_MODEL_NAME)) or _text(invocation.get("model"))
-        if model:
-            inputs["model"] = model
-        params = {key: invocation[key] for key in _PARAMETERS if key in invocation}
-        if params:
-            inputs["parameters"] = params
-        mapped.set_inputs(inputs)
+        mapped.set_llm_inputs(
+            messages, tools=[t for t in tools if t is not None] or None, model=model or None
+        )
+    params = {key: invocation[key] for key in _PARAMETERS if key in invocation}
+    if params:
+        mapped.set_attr("parameters", params)  # beside the inputs, as every dialect keeps them
 
     outputs = [_message(m) for m in _items(_tree(attrs, OUTPUT_MESSAGES))]
     outputs = [m for m in outputs if m is not None]
@@ -179,11 +174,7 @@ def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
             for text in _texts(_tree(attrs, CHOICES), ("completion", "text"))
         ]
     if outputs:
-        if finish and len(outputs) == 1 and "finish_reason" not in outputs[0]:
-            outputs[0]["finish_reason"] = _FINISH_REASONS.get(finish, finish)
-        mapped.set_output(outputs)
-        if not mapped.requested_tool_calls:
-            mapped.requested_tool_calls = tool_call_ids(outputs)
+        mapped.set_llm_output(outputs)
 
 
 def _message(node: Any) -> dict[str, Any] | None:
@@ -444,4 +435,4 @@ def _count(value: Any) -> int | None:
 
 
 # before gen_ai: a span carrying both dialects (google-adk) is read the OpenInference way first
-register_dialect("openinference", read, before="gen_ai")
+register_dialect("openinference", read)

@@ -1,0 +1,116 @@
+"""``agent-replay import``: trace files of any supported format into a store."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from ..ingest import FORMATS, SourceReport, import_into
+from .common import db_option, echo_json, friendly_errors, json_option, open_store
+
+_SKIP = (".", "_")
+#: what a directory walk picks up (files named on the command line are always read)
+TRACE_SUFFIXES = frozenset({".json", ".jsonl", ".ndjson", ".gz", ".pb", ".binpb", ".bin", ".otlp"})
+MAX_LISTED = 10
+
+
+def _expand(paths: tuple[Path, ...]) -> list[Path]:
+    """Files of ``paths``; a directory stands for every trace-looking file below it (by
+    suffix, see :data:`TRACE_SUFFIXES`; hidden ones skipped)."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        for candidate in sorted(path.rglob("*")):
+            relative = candidate.relative_to(path).parts
+            if (
+                candidate.is_file()
+                and candidate.suffix.lower() in TRACE_SUFFIXES
+                and not any(part.startswith(_SKIP) for part in relative)
+            ):
+                files.append(candidate)
+    return files
+
+
+@click.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@db_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *FORMATS]),
+    default="auto",
+    show_default=True,
+    help="Input format; auto detects it from each file's content.",
+)
+@click.option("--strict", is_flag=True, help="Also fail when records inside a file were skipped.")
+@json_option
+def import_command(
+    paths: tuple[Path, ...], db: Path, fmt: str, strict: bool, as_json: bool
+) -> None:
+    """Import trace files (OTLP JSON/protobuf, Langfuse, LangSmith, ATIF, Who&When, JSONL).
+
+    Directories are imported recursively. OTLP files of one call are assembled together, so
+    give a span file and its logs file in the same call. A file that cannot be read is
+    reported and the others are still imported; the exit code is 1 if any file failed.
+    """
+    files = _expand(paths)
+    if not files:
+        raise click.UsageError("no files to import")
+    progress = click.progressbar(
+        length=len(files), label="Importing", file=sys.stderr, show_pos=True
+    )
+    with friendly_errors(), open_store(db, must_exist=False) as store, progress as bar:
+
+        def advance(report: SourceReport) -> None:
+            bar.update(1)
+
+        result = import_into(store, files, fmt, on_source=advance)
+    failed = [s for s in result.sources if s.error is not None]
+    skipped = [s for s in result.sources if s.rejected]
+    steps = sum(len(t.steps) for t in result.trajectories)
+    replayable = sum(1 for t in result.trajectories if t.metadata["capture"].get("replayable"))
+    formats = Counter(s.format for s in result.sources if s.format)
+    if as_json:
+        echo_json(
+            {
+                "db": str(db),
+                "files": len(files),
+                "failed": [{"file": s.source, "error": str(s.error)} for s in failed],
+                "trajectories": [
+                    {
+                        "session_id": t.session_id,
+                        "steps": len(t.steps),
+                        "source": t.source,
+                        "capture": t.metadata.get("capture"),
+                    }
+                    for t in result.trajectories
+                ],
+                "formats": dict(formats),
+                "warnings": result.warnings,
+            }
+        )
+    else:
+        by_format = ", ".join(f"{n} {f}" for f, n in sorted(formats.items()))
+        click.echo(
+            f"Imported {len(result.trajectories)} trajectories ({steps} steps) from "
+            f"{len(files) - len(failed)} of {len(files)} files into {db}"
+            + (f" [{by_format}]" if by_format else "")
+        )
+        if result.trajectories:
+            click.echo(
+                f"  {replayable} of {len(result.trajectories)} fully replayable; see "
+                "`agent-replay show --json` for each capture report"
+            )
+        for source in failed:
+            click.echo(f"  FAILED {source.error}", err=True)
+        for warning in result.warnings[:MAX_LISTED]:
+            click.echo(f"  warning: {warning}", err=True)
+        if len(result.warnings) > MAX_LISTED:
+            click.echo(f"  ... and {len(result.warnings) - MAX_LISTED} more warnings", err=True)
+    if failed or (strict and skipped):
+        sys.exit(1)

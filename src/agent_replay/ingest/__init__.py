@@ -1,0 +1,424 @@
+"""Import agent traces from files and payloads: ``load(path_or_data, format="auto")``.
+
+Formats (``format=``): ``otlp-json`` (OTLP/JSON traces or logs: one document, or JSON Lines as
+the Collector's file exporter writes), ``otlp-proto`` (one protobuf message or a length-prefixed
+stream), ``langfuse`` (trace exports), ``langsmith`` (runs: ``{post, patch}`` payloads, run
+trees), ``atif`` (Harbor's trajectory format), ``whowhen`` (the Who&When benchmark files) and
+``jsonl`` (agent-replay's step-record layout, see :mod:`.steps`). ``auto`` detects the format
+from the content. gzip-compressed input is decompressed first.
+
+Spans and log records of every OTLP source in one call are assembled *together* (a trace can
+be split across files, and event-only content capture puts the messages in a separate logs
+file), so pass a span file and its logs file in the same call. Every trajectory carries the
+capture report in ``metadata["capture"]``.
+
+Errors: :func:`load` raises :class:`~agent_replay.errors.ImportFormatError` (naming the source
+and the position) for the first source it cannot read. :func:`load_many` never raises for one
+bad source: it reads the others and returns the errors in :class:`ImportResult`, which is what
+``agent-replay import`` uses. Records skipped inside an otherwise readable source (a span with
+a malformed id, a bad line in a JSON Lines file) are listed in ``ImportResult.warnings``.
+The functions here hold no shared state and may run in several threads at once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePath
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..mapping.assemble import assemble, merge
+from ..mapping.spans import attach_logs
+from ..model import Trajectory
+from ._common import Parsed, Reject
+from .atif import is_atif, read_atif
+from .langfuse import is_langfuse, read_langfuse
+from .langsmith import is_langsmith, read_langsmith
+from .otlp import Malformed, parse_json_bytes, read_otlp_json, read_otlp_proto
+from .steps import is_step_record, read_jsonl_records
+from .whowhen import is_whowhen, read_whowhen
+
+__all__ = [
+    "FORMATS",
+    "ImportResult",
+    "SourceReport",
+    "detect_format",
+    "import_into",
+    "load",
+    "load_many",
+    "read_source",
+]
+
+_log = logging.getLogger(__name__)
+
+FORMATS = ("otlp-json", "otlp-proto", "langfuse", "langsmith", "atif", "whowhen", "jsonl")
+Source = str | os.PathLike | bytes | bytearray | dict | list
+_GZIP = b"\x1f\x8b"
+_ZSTD = b"\x28\xb5\x2f\xfd"
+_OTLP_KEYS = (b'"resourceSpans"', b'"resourceLogs"', b'"resource_spans"', b'"resource_logs"')
+MAX_DECOMPRESSED = 4 << 30  # refuse gzip input that inflates beyond 4 GiB
+
+
+@dataclass
+class SourceReport:
+    """How one source went: its format, what it held, and its error if it failed."""
+
+    source: str
+    format: str | None = None
+    trajectories: int = 0
+    spans: int = 0
+    logs: int = 0
+    rejected: list[str] = field(default_factory=list)
+    error: ImportFormatError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class ImportResult:
+    """Everything one import produced: trajectories, per-source reports and warnings."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    sources: list[SourceReport] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[ImportFormatError]:
+        return [s.error for s in self.sources if s.error is not None]
+
+    @property
+    def failed(self) -> bool:
+        return any(s.error is not None for s in self.sources)
+
+
+# -- reading one source ---------------------------------------------------------------------
+
+
+def _name(source: Any) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return "<data>"
+
+
+def _read(source: Any, name: str) -> Any:
+    """Bytes of a path, or the data itself."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            return Path(source).read_bytes()
+        except OSError as exc:
+            raise ImportFormatError(f"cannot read: {exc.strerror or exc}", source=name) from None
+    if isinstance(source, bytearray):
+        return bytes(source)
+    return source
+
+
+def _decompress(data: bytes, name: str) -> bytes:
+    if data[:4] == _ZSTD:
+        raise ImportFormatError(
+            "zstd-compressed; decompress it first (zstd -d FILE) or configure the file "
+            "exporter without compression",
+            source=name,
+        )
+    if data[:2] != _GZIP:
+        return data
+    try:
+        inflater = zlib.decompressobj(wbits=31)
+        out = inflater.decompress(data, MAX_DECOMPRESSED)
+        if inflater.unconsumed_tail:
+            raise ImportFormatError("gzip data inflates beyond 4 GiB", source=name)
+        # concatenated gzip members (as `cat a.gz b.gz` makes) are legal gzip too
+        if inflater.unused_data:
+            out += gzip.decompress(inflater.unused_data)
+        return out
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ImportFormatError(f"corrupt gzip data ({exc})", source=name) from None
+
+
+def _classify(doc: Any) -> str | None:
+    if isinstance(doc, dict) and any(
+        k in doc for k in ("resourceSpans", "resourceLogs", "resource_spans", "resource_logs")
+    ):
+        return "otlp-json"
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "resourceSpans" in doc[0]:
+        return "otlp-json"
+    for fmt, test in (
+        ("langfuse", is_langfuse),
+        ("whowhen", is_whowhen),
+        ("atif", is_atif),
+        ("langsmith", is_langsmith),
+    ):
+        if test(doc) or (isinstance(doc, list) and doc and all(test(d) for d in doc)):
+            return fmt
+    if is_step_record(doc) or (isinstance(doc, dict) and isinstance(doc.get("steps"), list)):
+        return "jsonl"
+    if isinstance(doc, dict) and isinstance(doc.get("session"), dict):
+        return "jsonl"
+    return None
+
+
+def detect_format(data: bytes | dict | list, name: str = "<data>") -> str:
+    """The format of ``data`` (see :data:`FORMATS`); raises :class:`ImportFormatError`."""
+    fmt, _ = _detect(data, name)
+    return fmt
+
+
+def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
+    """``(format, parsed JSON documents if parsing was needed to tell)``."""
+    if isinstance(data, (dict, list)):
+        fmt = _classify(data)
+        if fmt is None:
+            raise ImportFormatError("unrecognised document (no known trace format)", source=name)
+        return fmt, [("", data)]
+    head = data[:4096].lstrip()
+    if not head:
+        raise ImportFormatError("empty input", source=name)
+    if head[:1] not in (b"{", b"["):
+        if _is_text(head):
+            raise ImportFormatError(
+                "text that is neither JSON nor OTLP protobuf (not a trace file?)", source=name
+            )
+        return "otlp-proto", None
+    if any(key in head for key in _OTLP_KEYS):
+        return "otlp-json", None
+    docs = parse_json_bytes(data, name)
+    for position, doc in docs:
+        if isinstance(doc, ImportFormatError):
+            continue
+        fmt = _classify(doc)
+        if fmt is None:
+            raise ImportFormatError(
+                "unrecognised JSON (not OTLP, Langfuse, LangSmith, ATIF, Who&When or step "
+                "records); pass --format if you know the format",
+                source=name,
+                position=position,
+            )
+        return fmt, docs
+    first = next((d for _, d in docs if isinstance(d, ImportFormatError)), None)
+    raise first or ImportFormatError("no JSON document found", source=name)
+
+
+def _is_text(head: bytes) -> bool:
+    """Printable UTF-8: protobuf's random id bytes practically never are."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # the 4 KiB cut may split a character; judge what came before it
+        try:
+            text = head[:-4].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return all(c.isprintable() or c in "\t\n\r" for c in text)
+
+
+def _located(exc: Reject | Malformed, name: str, position: str) -> ImportFormatError:
+    where = ": ".join(p for p in (position, exc.position) if p)
+    return ImportFormatError(exc.message, source=name, position=where)
+
+
+def _documents(fmt: str, data: Any, docs: list | None, name: str) -> list[tuple[str, Any]]:
+    """The parsed JSON documents of a source. A line that is not JSON fails the source,
+    except in OTLP/JSON Lines (the Collector may have cut its last line): there it is
+    skipped and reported, as long as some line is readable."""
+    if docs is None:
+        docs = [("", data)] if isinstance(data, (dict, list)) else parse_json_bytes(data, name)
+    good = [(p, d) for p, d in docs if not isinstance(d, ImportFormatError)]
+    bad = [d for _, d in docs if isinstance(d, ImportFormatError)]
+    if bad and (fmt != "otlp-json" or not good):
+        raise bad[0]
+    return docs
+
+
+def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
+    parsed = Parsed(format=fmt, source=name)
+    if fmt == "otlp-proto":
+        if not isinstance(data, bytes):
+            raise ImportFormatError("otlp-proto input must be bytes", source=name)
+        decoded = read_otlp_proto(data, name)
+        parsed.spans, parsed.logs, parsed.rejected = decoded.spans, decoded.logs, decoded.rejected
+        return parsed
+    docs = _documents(fmt, data, docs, name)
+    if fmt == "otlp-json":
+        decoded = read_otlp_json(data, name, docs)
+        parsed.spans, parsed.logs, parsed.rejected = decoded.spans, decoded.logs, decoded.rejected
+        return parsed
+    if fmt == "jsonl":
+        try:
+            parsed.trajectories = read_jsonl_records(docs, _stem(name))
+        except Reject as exc:
+            raise _located(exc, name, "") from None
+        return parsed
+    readers: dict[str, Callable[[Any], list[Trajectory]]] = {
+        "langfuse": read_langfuse,
+        "langsmith": read_langsmith,
+        "atif": read_atif,
+        "whowhen": lambda doc: read_whowhen(doc, name),
+    }
+    reader = readers.get(fmt)
+    if reader is None:
+        raise ImportFormatError(
+            f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})", source=name
+        )
+    for position, doc in docs:
+        try:
+            parsed.trajectories.extend(reader(doc))
+        except Reject as exc:
+            raise _located(exc, name, position) from None
+    return parsed
+
+
+def _stem(name: str) -> str:
+    stem = PurePath(name).name
+    for suffix in (".gz", ".jsonl", ".json", ".ndjson"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    return stem or "session"
+
+
+def read_source(source: Source, format: str = "auto") -> Parsed:
+    """Parse one source without assembling OTLP spans. Raises :class:`ImportFormatError`."""
+    name = _name(source)
+    try:
+        data = _read(source, name)
+        if isinstance(data, bytes):
+            data = _decompress(data, name)
+        if format == "auto":
+            fmt, docs = _detect(data, name)
+        else:
+            if format not in FORMATS:
+                raise ImportFormatError(
+                    f"unknown format {format!r} (choose from {', '.join(FORMATS)})", source=name
+                )
+            fmt, docs = format, None
+        return _parse(fmt, data, docs, name)
+    except ImportFormatError:
+        raise
+    except RecursionError:
+        raise ImportFormatError("nested too deeply to read", source=name) from None
+    except MemoryError:
+        raise ImportFormatError("too large to read into memory", source=name) from None
+    except Exception as exc:  # a reader bug on odd input must not stop the other sources
+        _log.debug("internal error reading %s", name, exc_info=True)
+        raise ImportFormatError(
+            f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
+            source=name,
+        ) from exc
+
+
+# -- public API ------------------------------------------------------------------------------
+
+
+def _sources(source: Source | Sequence[str | os.PathLike]) -> list[Source]:
+    if (
+        isinstance(source, (list, tuple))
+        and source
+        and all(isinstance(s, (str, os.PathLike)) for s in source)
+    ):
+        return list(source)
+    return [source]  # type: ignore[list-item]
+
+
+def load_many(
+    sources: Iterable[Source],
+    format: str = "auto",
+    *,
+    on_source: Callable[[SourceReport], None] | None = None,
+) -> ImportResult:
+    """Read every source, assemble the OTLP ones together, and report per source.
+
+    Never raises :class:`ImportFormatError`: a source that cannot be read is reported in
+    ``result.sources`` (``error``) and the rest are imported. ``on_source`` is called after
+    each source is read (for progress bars).
+    """
+    result = ImportResult()
+    spans = []
+    logs = []
+    files_of_trace: dict[str, set[str]] = {}
+    for source in sources:
+        report = SourceReport(source=_name(source))
+        try:
+            parsed = read_source(source, format)
+        except ImportFormatError as exc:
+            report.error = exc
+        else:
+            report.format = parsed.format
+            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
+            report.trajectories = len(parsed.trajectories)
+            report.rejected = parsed.rejected
+            result.trajectories.extend(parsed.trajectories)
+            spans.extend(parsed.spans)
+            logs.extend(parsed.logs)
+            for span in parsed.spans:
+                files_of_trace.setdefault(span.trace_id, set()).add(report.source)
+            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
+        result.sources.append(report)
+        if on_source is not None:
+            on_source(report)
+    if logs:
+        spans, orphans = attach_logs(spans, [log for log in logs if log.span_id])
+        unjoinable = len(logs) - sum(1 for log in logs if log.span_id)
+        if orphans or unjoinable:
+            result.warnings.append(
+                f"{len(orphans) + unjoinable} log record(s) name no span of this import "
+                "(import the span file and its logs file together)"
+            )
+    for trajectory in assemble(spans, source="import:otlp") if spans else ():
+        traces = trajectory.metadata.get("trace_ids", ())
+        files = sorted({f for t in traces for f in files_of_trace.get(t, ())})
+        metadata = {**trajectory.metadata, "import": {"files": files}}
+        result.trajectories.append(replace(trajectory, metadata=metadata))
+    return result
+
+
+def load(
+    path_or_data: Source | Sequence[str | os.PathLike], format: str = "auto"
+) -> list[Trajectory]:
+    """Trajectories from a path, several paths (assembled together), raw bytes, or a parsed
+    JSON document. Raises :class:`ImportFormatError` naming the first source that cannot be
+    read (use :func:`load_many` to import the readable ones anyway)."""
+    result = load_many(_sources(path_or_data), format)
+    if result.errors:
+        raise result.errors[0]
+    return result.trajectories
+
+
+def import_into(
+    store: Any,
+    sources: Iterable[Source],
+    format: str = "auto",
+    *,
+    on_source: Callable[[SourceReport], None] | None = None,
+) -> ImportResult:
+    """:func:`load_many`, then save the trajectories in ``store`` (one transaction).
+
+    A session already in the store is merged with the imported one when both came from OTel
+    traces (a conversation imported file by file); otherwise it is replaced, so importing the
+    same file twice leaves one copy.
+    """
+    result = load_many(sources, format, on_source=on_source)
+    final: dict[str, Trajectory] = {}
+    for trajectory in result.trajectories:
+        previous = final.get(trajectory.session_id)
+        if previous is None and trajectory.session_id in store:
+            try:
+                previous = store.load(trajectory.session_id)
+            except Exception as exc:  # unreadable old copy: the import replaces it
+                result.warnings.append(
+                    f"replacing unreadable session {trajectory.session_id}: {exc}"
+                )
+        if (
+            previous is not None
+            and previous.metadata.get("trace_ids")
+            and trajectory.metadata.get("trace_ids")
+        ):
+            trajectory = merge(previous, trajectory)
+        final[trajectory.session_id] = trajectory
+    if final:
+        store.save_many(list(final.values()))
+    return result

@@ -1,0 +1,141 @@
+"""Langfuse trace exports: ``{"trace": {...}, "observations": [...]}`` (the UI export) or the
+API's ``TraceWithFullDetails`` (a trace object with ``observations`` inside), or a list of them.
+
+Each observation becomes a :class:`NormalizedSpan` whose attributes are the original OTel span
+attributes Langfuse keeps in ``metadata.attributes`` (with ``metadata.resourceAttributes`` and
+``metadata.scope``), so the ordinary dialects read it exactly as they would read the span.
+Langfuse lifts some attributes out into the observation's ``input`` / ``output`` (and drops
+them from ``metadata.attributes``), so whatever the dialects could not fill is then taken from
+the observation's ``type``, ``input``, ``output`` and ``model``. The trace's session id groups
+traces of one conversation; its scores are kept in the trajectory's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..mapping import MappedSpan, map_span
+from ..mapping.assemble import assemble_mapped
+from ..mapping.dialects.langfuse import decode_json_text, read_observation
+from ..mapping.spans import NormalizedSpan
+from ..model import Trajectory
+from ._common import Reject, timestamp_ns
+
+__all__ = ["is_langfuse", "read_langfuse"]
+
+SOURCE = "import:langfuse"
+
+
+def is_langfuse(doc: Any) -> bool:
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("observations"), list)
+        and (isinstance(doc.get("trace"), dict) or "id" in doc)
+    )
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _observation(obs: Any, trace_id: str, position: str) -> MappedSpan:
+    if not isinstance(obs, dict):
+        raise Reject("observation must be an object", position)
+    ident = obs.get("id")
+    if not isinstance(ident, str) or not ident:
+        raise Reject("observation has no id", position)
+    metadata = obs.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    attributes = metadata.get("attributes")
+    resource = metadata.get("resourceAttributes")
+    scope = metadata.get("scope")
+    scope = scope if isinstance(scope, dict) else {}
+    parent = obs.get("parentObservationId")
+    if parent is not None and not isinstance(parent, str):
+        raise Reject("parentObservationId must be a string", position)
+    level = obs.get("level")
+    name = _text(obs.get("name"))
+    start = timestamp_ns(obs.get("startTime")) or 0
+    span = NormalizedSpan(
+        trace_id=_text(obs.get("traceId") or trace_id),
+        span_id=ident,
+        name=name,
+        parent_span_id=parent or None,
+        start_ns=start,
+        end_ns=timestamp_ns(obs.get("endTime")) or start,
+        status_code=2 if level == "ERROR" else 0,
+        status_message=_text(obs.get("statusMessage")),
+        attributes=attributes if isinstance(attributes, dict) else {},
+        resource=resource if isinstance(resource, dict) else {},
+        scope_name=_text(scope.get("name")),
+        scope_version=_text(scope.get("version")),
+    )
+    mapped = map_span(span)
+    if read_observation(
+        mapped,
+        obs_type=obs.get("type"),
+        name=name,
+        inputs=obs.get("input"),
+        output=obs.get("output"),
+        model=obs.get("model"),
+    ):
+        mapped.dialects.append("langfuse_export")
+    usage = obs.get("usageDetails") or obs.get("usage")
+    if isinstance(usage, dict):
+        mapped.set_attr("input_tokens", usage.get("input"))
+        mapped.set_attr("output_tokens", usage.get("output"))
+    return mapped
+
+
+def _one(doc: dict, position: str) -> list[Trajectory]:
+    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else doc
+    trace_id = _text(trace.get("id"))
+    observations = doc.get("observations")
+    if not isinstance(observations, list):
+        raise Reject("observations must be a list", position)
+    mapped = [
+        _observation(obs, trace_id, f"{position}observations[{i}]")
+        for i, obs in enumerate(observations)
+    ]
+    session = trace.get("sessionId")
+    if isinstance(session, str) and session:
+        for m in mapped:
+            m.conversation_id = m.conversation_id or session
+    raw_scores = trace.get("scores")
+    scores = [
+        {k: s.get(k) for k in ("name", "value", "stringValue", "source", "dataType") if k in s}
+        for s in (raw_scores if isinstance(raw_scores, list) else ())
+        if isinstance(s, dict)
+    ]
+    info = {
+        k: v
+        for k, v in {
+            "trace_id": trace_id or None,
+            "name": trace.get("name"),
+            "session_id": session,
+            "user_id": trace.get("userId"),
+            "tags": trace.get("tags") or None,
+            "scores": scores or None,
+        }.items()
+        if v is not None
+    }
+    trajectories = assemble_mapped(mapped, source=SOURCE, metadata={"langfuse": info})
+    task = decode_json_text(trace.get("input"))
+    if task is not None:
+        trajectories = [replace(t, task=task) for t in trajectories]
+    return trajectories
+
+
+def read_langfuse(doc: Any) -> list[Trajectory]:
+    """Trajectories of a parsed Langfuse export. Raises :class:`Reject` on a wrong shape."""
+    if isinstance(doc, list):
+        out = []
+        for i, item in enumerate(doc):
+            if not is_langfuse(item):
+                raise Reject("not a Langfuse trace export", f"[{i}]")
+            out.extend(_one(item, f"[{i}]."))
+        return out
+    if not is_langfuse(doc):
+        raise Reject("not a Langfuse trace export (expected {trace, observations})")
+    return _one(doc, "")

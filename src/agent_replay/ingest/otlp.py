@@ -1,0 +1,809 @@
+"""OTLP traces and logs, JSON and protobuf, decoded into :class:`NormalizedSpan` / ``LogEvent``.
+
+OTLP/JSON: hex trace and span ids (any case), 64-bit integers as decimal strings or numbers,
+enums as integers or as their names (``SPAN_KIND_CLIENT``, which the spec forbids but
+hand-written payloads use), lowerCamelCase keys (snake_case accepted too), unknown fields
+ignored. A file is one ``ExportTraceServiceRequest`` / ``TracesData`` document (or a JSON
+array of them), or JSON Lines with one per line as the Collector's file exporter writes; the
+logs signal (``resourceLogs``) is read the same way.
+
+OTLP protobuf: one ``ExportTraceServiceRequest`` / ``TracesData`` message (the two are
+wire-identical), or a stream of them each prefixed by its length as a 4-byte big-endian
+unsigned integer, which is what the Collector's file exporter writes with ``format: proto``
+(``exportMessageAsBuffer`` in opentelemetry-collector-contrib ``exporter/fileexporter``).
+Logs requests are recognised because their records do not parse as spans.
+
+Attribute values become plain data: ``kvlistValue`` → dict, ``arrayValue`` → list,
+``bytesValue`` → its base64 text (so a span stays JSON-representable), an empty value → None.
+
+Errors: a document that is not OTLP at all raises :class:`ImportFormatError` naming the source
+and position; a single malformed span or log record (bad id, wrong type inside it) is
+*rejected*: it is skipped and described in :attr:`Decoded.rejected`, as OTLP's partial success
+does, and the rest of the document is kept. Nothing here touches shared state, so every
+function is safe to call from any thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from ..errors import ImportFormatError
+from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent
+
+__all__ = [
+    "Decoded",
+    "Malformed",
+    "decode_json_document",
+    "decode_json_logs",
+    "decode_json_traces",
+    "decode_proto_logs",
+    "decode_proto_traces",
+    "parse_json_bytes",
+    "read_otlp_json",
+    "read_otlp_proto",
+    "span_from_json",
+    "split_length_prefixed",
+]
+
+MAX_DEPTH = 64  # AnyValue nesting accepted; deeper is malformed (and would exhaust the stack)
+_KINDS = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+    "UNSPECIFIED": 0,
+    "INTERNAL": 1,
+    "SERVER": 2,
+    "CLIENT": 3,
+    "PRODUCER": 4,
+    "CONSUMER": 5,
+}
+_STATUS = {
+    "STATUS_CODE_UNSET": 0,
+    "STATUS_CODE_OK": 1,
+    "STATUS_CODE_ERROR": 2,
+    "UNSET": 0,
+    "OK": 1,
+    "ERROR": 2,
+}
+_REMOTE_PARENT = 0x300  # SpanFlags: CONTEXT_HAS_IS_REMOTE | CONTEXT_IS_REMOTE
+
+
+@dataclass
+class Decoded:
+    """What one document (or request) held: spans, log records, and the rejected records
+    (each ``"<position>: <reason>"``)."""
+
+    spans: list[NormalizedSpan] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def extend(self, other: Decoded) -> None:
+        self.spans.extend(other.spans)
+        self.logs.extend(other.logs)
+        self.rejected.extend(other.rejected)
+
+
+class _Reject(Exception):
+    """One span or record is malformed; the decoder skips it and says why."""
+
+
+class Malformed(Exception):
+    """The document itself is not OTLP; ``position`` says where (without the source, which
+    only the caller knows: it becomes an :class:`ImportFormatError`)."""
+
+    def __init__(self, message: str, position: str = "") -> None:
+        self.message = message
+        self.position = position
+        super().__init__(f"{message} (at {position})" if position else message)
+
+    def located(self, source: str, line: str = "") -> ImportFormatError:
+        position = ": ".join(p for p in (line, self.position) if p)
+        return ImportFormatError(self.message, source=source, position=position)
+
+
+# -- shared scalar checks ---------------------------------------------------------------------
+
+
+_ZERO_HEX = {32: "0" * 32, 16: "0" * 16}
+_ZERO_BYTES = {16: bytes(16), 8: bytes(8)}
+
+
+def _hex_id(value: Any, length: int, what: str) -> str:
+    if type(value) is not str or len(value) != length:
+        raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}")
+    lowered = value.lower()
+    try:
+        bytes.fromhex(lowered)  # C-speed validation; the hex text is what we keep
+    except ValueError:
+        raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}") from None
+    if lowered == _ZERO_HEX[length]:
+        raise _Reject(f"{what} must not be all zeros")
+    return lowered
+
+
+def _bytes_id(value: bytes, length: int, what: str) -> str:
+    if len(value) != length or value == _ZERO_BYTES[length]:
+        raise _Reject(f"{what} must be {length} non-zero bytes, got {len(value)} bytes")
+    return value.hex()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _uint(value: Any, what: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is int:
+        number = value
+    elif type(value) is str:
+        try:
+            number = int(value)
+        except ValueError:
+            raise _Reject(f"{what} must be an integer, got {_short(value)}") from None
+    else:
+        raise _Reject(f"{what} must be an integer, got {_short(value)}")
+    if number < 0 or number >= 1 << 64:
+        raise _Reject(f"{what} out of range: {number}")
+    return number
+
+
+def _enum(value: Any, names: dict[str, int], what: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        if value in names:
+            return names[value]
+        if value.isdigit():
+            return int(value)
+    raise _Reject(f"{what} must be an enum number or name, got {_short(value)}")
+
+
+# -- OTLP/JSON ------------------------------------------------------------------------------
+
+
+def _int_value(x: Any, depth: int) -> int:
+    if type(x) is int:
+        return x
+    if type(x) is str:
+        try:
+            return int(x)
+        except ValueError:
+            pass
+    raise _Reject(f"intValue must be an integer, got {_short(x)}")
+
+
+def _double_value(x: Any, depth: int) -> float:
+    if type(x) is float or type(x) is int:
+        return float(x)
+    if type(x) is str and x in ("NaN", "Infinity", "-Infinity"):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[x]
+    raise _Reject(f"doubleValue must be a number, got {_short(x)}")
+
+
+def _bool_value(x: Any, depth: int) -> bool:
+    if type(x) is bool:
+        return x
+    raise _Reject(f"boolValue must be true or false, got {_short(x)}")
+
+
+def _string_value(x: Any, depth: int) -> str:
+    if type(x) is str:
+        return x
+    raise _Reject(f"stringValue must be a string, got {_short(x)}")
+
+
+def _bytes_value(x: Any, depth: int) -> str:
+    if type(x) is str:
+        return x
+    raise _Reject(f"bytesValue must be base64 text, got {_short(x)}")
+
+
+def _array_value(x: Any, depth: int) -> list[Any]:
+    if type(x) is not dict:
+        raise _Reject("arrayValue must be an object")
+    values = x.get("values") or []
+    if type(values) is not list:
+        raise _Reject("arrayValue.values must be a list")
+    return [_any(v, depth + 1) for v in values]
+
+
+def _kvlist_value(x: Any, depth: int) -> dict[str, Any]:
+    if type(x) is not dict:
+        raise _Reject("kvlistValue must be an object")
+    return _attributes(x.get("values"), depth + 1)
+
+
+_ANY = {
+    "stringValue": _string_value,
+    "intValue": _int_value,
+    "doubleValue": _double_value,
+    "boolValue": _bool_value,
+    "arrayValue": _array_value,
+    "kvlistValue": _kvlist_value,
+    "bytesValue": _bytes_value,
+    "string_value": _string_value,
+    "int_value": _int_value,
+    "double_value": _double_value,
+    "bool_value": _bool_value,
+    "array_value": _array_value,
+    "kvlist_value": _kvlist_value,
+    "bytes_value": _bytes_value,
+}
+
+
+def _any(value: Any, depth: int = 0) -> Any:
+    """A JSON ``AnyValue`` as plain data (``{}`` / null → None; unknown keys ignored)."""
+    if depth > MAX_DEPTH:
+        raise _Reject(f"attribute value nested deeper than {MAX_DEPTH} levels")
+    if type(value) is not dict:
+        if value is None:
+            return None
+        raise _Reject(f"AnyValue must be an object, got {_short(value)}")
+    for key, inner in value.items():
+        decode = _ANY.get(key)
+        if decode is not None:
+            return decode(inner, depth)
+    return None
+
+
+def _attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
+    """A JSON ``KeyValue`` list as a dict. The common case (a plain string value) is inlined:
+    this loop is the hot path of every import."""
+    if not kvs:
+        return {}
+    if type(kvs) is not list:
+        raise _Reject(f"attributes must be a list, got {_short(kvs)}")
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        try:
+            key = kv["key"]
+            value = kv["value"]
+            text = value.get("stringValue")
+        except (KeyError, TypeError, AttributeError):
+            key, value, text = _slow_key_value(kv)
+        if type(key) is not str:
+            raise _Reject(f"attribute key must be a string, got {_short(key)}")
+        if type(text) is str and len(value) == 1:
+            out[key] = text
+        else:
+            out[key] = _any(value, depth)
+    return out
+
+
+def _slow_key_value(kv: Any) -> tuple[Any, Any, None]:
+    """``(key, value, None)`` of a KeyValue the fast path could not read (missing value,
+    not an object): the value then goes through :func:`_any`, which says what is wrong."""
+    if type(kv) is not dict:
+        raise _Reject(f"attribute must be an object, got {_short(kv)}")
+    return kv.get("key"), kv.get("value"), None
+
+
+def _join(prefix: str, path: str) -> str:
+    """A path inside a document: ``[2].resourceSpans[0]``."""
+    return f"{prefix}.{path}" if prefix and not path.startswith("[") else prefix + path
+
+
+def _get(obj: dict, camel: str, snake: str) -> Any:
+    value = obj.get(camel)
+    return obj.get(snake) if value is None else value
+
+
+def _list(obj: Any, camel: str, snake: str, where: str) -> list:
+    if type(obj) is not dict:
+        raise Malformed("must be an object", where)
+    value = _get(obj, camel, snake)
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise Malformed(f"{camel} must be a list", where)
+    return value
+
+
+_SNAKE = {
+    "traceId": "trace_id",
+    "spanId": "span_id",
+    "parentSpanId": "parent_span_id",
+    "startTimeUnixNano": "start_time_unix_nano",
+    "endTimeUnixNano": "end_time_unix_nano",
+    "droppedAttributesCount": "dropped_attributes_count",
+    "droppedEventsCount": "dropped_events_count",
+}
+
+
+def _camel(s: dict) -> dict:
+    """A span written with proto field names (snake_case) under the JSON names."""
+    return {**s, **{camel: s[snake] for camel, snake in _SNAKE.items() if snake in s}}
+
+
+def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> NormalizedSpan:
+    # the hot path of every OTLP/JSON import: plain dict lookups, checks only where a wrong
+    # type would otherwise slip through into the span
+    if type(s) is not dict:
+        raise _Reject(f"span must be an object, got {_short(s)}")
+    if "traceId" not in s and "trace_id" in s:
+        s = _camel(s)
+    get = s.get
+    parent = get("parentSpanId")
+    flags = get("flags") or 0
+    status = get("status")
+    if status:
+        if type(status) is not dict:
+            raise _Reject("status must be an object")
+        message = status.get("message") or ""
+        if type(message) is not str:
+            raise _Reject("status.message must be a string")
+        code = _enum(status.get("code"), _STATUS, "status.code")
+    else:
+        message, code = "", 0
+    name = get("name") or ""
+    if type(name) is not str:
+        raise _Reject("name must be a string")
+    events = get("events")
+    if events:
+        if type(events) is not list:
+            raise _Reject("events must be a list")
+        events = tuple(_json_event(e) for e in events)
+    else:
+        events = ()
+    kind = get("kind")
+    dropped = get("droppedAttributesCount")
+    dropped_events = get("droppedEventsCount")
+    return NormalizedSpan.fast(
+        _hex_id(get("traceId"), 32, "traceId"),
+        _hex_id(get("spanId"), 16, "spanId"),
+        name,
+        _hex_id(parent, 16, "parentSpanId") if parent else None,
+        type(flags) is int and flags & _REMOTE_PARENT == _REMOTE_PARENT,
+        kind if type(kind) is int else _enum(kind, _KINDS, "kind"),
+        _uint(get("startTimeUnixNano"), "startTimeUnixNano"),
+        _uint(get("endTimeUnixNano"), "endTimeUnixNano"),
+        code,
+        message,
+        _attributes(get("attributes")),
+        events,
+        resource,
+        scope_name,
+        scope_version,
+        _uint(dropped, "droppedAttributesCount") if dropped else 0,
+        _uint(dropped_events, "droppedEventsCount") if dropped_events else 0,
+    )
+
+
+def span_from_json(
+    span: Any, resource: dict | None = None, scope_name: str = "", scope_version: str = ""
+) -> NormalizedSpan:
+    """One OTLP/JSON span object (``{"traceId", "spanId", ...}``) as a NormalizedSpan;
+    raises :class:`Malformed` naming what is wrong."""
+    try:
+        return _json_span(span, resource or {}, scope_name, scope_version)
+    except _Reject as exc:
+        raise Malformed(str(exc)) from None
+
+
+def _json_event(e: Any) -> SpanEvent:
+    if type(e) is not dict:
+        raise _Reject("event must be an object")
+    name = e.get("name") or ""
+    if type(name) is not str:
+        raise _Reject("event name must be a string")
+    return SpanEvent(
+        name,
+        _uint(_get(e, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
+        _attributes(e.get("attributes")),
+    )
+
+
+def _scope(obj: dict, where: str) -> tuple[str, str]:
+    scope = obj.get("scope") or {}
+    if type(scope) is not dict:
+        raise Malformed("scope must be an object", where)
+    name, version = scope.get("name") or "", scope.get("version") or ""
+    if type(name) is not str or type(version) is not str:
+        raise Malformed("scope name and version must be strings", where)
+    return name, version
+
+
+def _resource(obj: dict, where: str) -> dict[str, Any]:
+    resource = obj.get("resource") or {}
+    if type(resource) is not dict:
+        raise Malformed("resource must be an object", where)
+    try:
+        return _attributes(resource.get("attributes"))
+    except _Reject as exc:
+        raise Malformed(f"resource: {exc}", where) from None
+
+
+def decode_json_traces(doc: Any, prefix: str = "") -> Decoded:
+    """Spans of one OTLP/JSON traces document (``{"resourceSpans": [...]}``)."""
+    out = Decoded()
+    for i, rs in enumerate(_list(doc, "resourceSpans", "resource_spans", prefix)):
+        where = _join(prefix, f"resourceSpans[{i}]")
+        resource = _resource(rs, where) if type(rs) is dict else {}
+        for j, ss in enumerate(_list(rs, "scopeSpans", "scope_spans", where)):
+            swhere = f"{where}.scopeSpans[{j}]"
+            scope_name, scope_version = _scope(ss, swhere) if type(ss) is dict else ("", "")
+            for k, s in enumerate(_list(ss, "spans", "spans", swhere)):
+                try:
+                    out.spans.append(_json_span(s, resource, scope_name, scope_version))
+                except _Reject as exc:
+                    out.rejected.append(f"{swhere}.spans[{k}]: {exc}")
+                except RecursionError:
+                    out.rejected.append(f"{swhere}.spans[{k}]: nested too deeply")
+    return out
+
+
+def _json_log(r: Any, resource: dict, scope_name: str) -> LogEvent | None:
+    if type(r) is not dict:
+        raise _Reject("logRecord must be an object")
+    trace_id = _get(r, "traceId", "trace_id")
+    span_id = _get(r, "spanId", "span_id")
+    attributes = _attributes(r.get("attributes"))
+    name = _get(r, "eventName", "event_name") or attributes.get("event.name") or ""
+    if type(name) is not str:
+        raise _Reject("eventName must be a string")
+    time_ns = _uint(_get(r, "timeUnixNano", "time_unix_nano"), "timeUnixNano") or _uint(
+        _get(r, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"
+    )
+    return LogEvent(
+        name=name,
+        time_ns=time_ns,
+        attributes=attributes,
+        body=_any(r.get("body")),
+        trace_id=_hex_id(trace_id, 32, "traceId") if trace_id else "",
+        span_id=_hex_id(span_id, 16, "spanId") if span_id else "",
+    )
+
+
+def decode_json_logs(doc: Any, prefix: str = "") -> Decoded:
+    """Log records of one OTLP/JSON logs document (``{"resourceLogs": [...]}``)."""
+    out = Decoded()
+    for i, rl in enumerate(_list(doc, "resourceLogs", "resource_logs", prefix)):
+        where = _join(prefix, f"resourceLogs[{i}]")
+        resource = _resource(rl, where) if type(rl) is dict else {}
+        for j, sl in enumerate(_list(rl, "scopeLogs", "scope_logs", where)):
+            swhere = f"{where}.scopeLogs[{j}]"
+            scope_name, _ = _scope(sl, swhere) if type(sl) is dict else ("", "")
+            for k, r in enumerate(_list(sl, "logRecords", "log_records", swhere)):
+                try:
+                    log = _json_log(r, resource, scope_name)
+                except _Reject as exc:
+                    out.rejected.append(f"{swhere}.logRecords[{k}]: {exc}")
+                except RecursionError:
+                    out.rejected.append(f"{swhere}.logRecords[{k}]: nested too deeply")
+                else:
+                    if log is not None:
+                        out.logs.append(log)
+    return out
+
+
+def decode_json_document(doc: Any, prefix: str = "") -> Decoded:
+    """Spans or log records of one OTLP/JSON document of either signal (or a list of them)."""
+    if type(doc) is list:
+        out = Decoded()
+        for i, item in enumerate(doc):
+            out.extend(decode_json_document(item, f"{prefix}[{i}]"))
+        return out
+    if type(doc) is not dict:
+        raise Malformed("not an OTLP object (expected resourceSpans or resourceLogs)", prefix)
+    has_spans = "resourceSpans" in doc or "resource_spans" in doc
+    has_logs = "resourceLogs" in doc or "resource_logs" in doc
+    if not has_spans and not has_logs:
+        if doc:  # `{}` is an empty request, which OTLP allows
+            raise Malformed("has neither resourceSpans nor resourceLogs", prefix)
+        return Decoded()
+    out = decode_json_traces(doc, prefix) if has_spans else Decoded()
+    if has_logs:
+        out.extend(decode_json_logs(doc, prefix))
+    return out
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
+    """``[(position, document)]``: one whole JSON document (position ``""``), or one per line
+    (JSON Lines, position ``"line N"``), decoded in a single pass.
+
+    Raises :class:`ImportFormatError` when the data is not JSON at all; in JSON Lines, a line
+    that is not JSON is returned as ``(position, ImportFormatError)`` so the caller can keep
+    the others.
+    """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ImportFormatError(
+                "not UTF-8 text (is it a protobuf file? use --format otlp-proto)",
+                source=source,
+                position=f"byte {exc.start}",
+            ) from None
+    else:
+        text = data
+    docs: list[tuple[str, Any]] = []
+    size = len(text)
+    index = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    line = 1 + text.count("\n", 0, index)
+    while index < size:
+        try:
+            # raw_decode stops after one document: no second pass for JSON Lines
+            document, end = _DECODER.raw_decode(text, index)
+        except json.JSONDecodeError as exc:
+            error = ImportFormatError(
+                f"not valid JSON ({exc.msg})",
+                source=source,
+                position=f"line {exc.lineno} column {exc.colno}",
+            )
+            end = text.find("\n", exc.pos)
+            # the first document is broken and is the whole file, or spans several lines
+            # (pretty-printed): the file is not JSON Lines, so it fails as a whole
+            if not docs and (exc.lineno != line or end == -1 or not text[end:].strip()):
+                raise error from None
+            docs.append((f"line {line}", error))
+        except RecursionError:
+            error = ImportFormatError(
+                "JSON nested too deeply", source=source, position=f"line {line}"
+            )
+            end = text.find("\n", index)
+            if not docs and (end == -1 or not text[end:].strip()):
+                raise error from None
+            docs.append((f"line {line}", error))
+        else:
+            docs.append((f"line {line}", document))
+        if end == -1:
+            break
+        next_index = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+        line += text.count("\n", index, next_index)
+        index = next_index
+    if len(docs) == 1 and not isinstance(docs[0][1], ImportFormatError):
+        return [("", docs[0][1])]
+    return docs
+
+
+def read_otlp_json(data: Any, source: str, docs: list[tuple[str, Any]] | None = None) -> Decoded:
+    """Every span and log record of an OTLP/JSON file's bytes (or its parsed document, or the
+    ``docs`` :func:`parse_json_bytes` already returned).
+
+    Raises :class:`ImportFormatError` when the file is not OTLP/JSON, or when no line of a
+    JSON Lines file could be read; bad lines and records otherwise become ``rejected``.
+    """
+    if docs is None:
+        docs = parse_json_bytes(data, source) if isinstance(data, (bytes, str)) else [("", data)]
+    out = Decoded()
+    first_error: ImportFormatError | None = None
+    for position, doc in docs:
+        if isinstance(doc, ImportFormatError):
+            first_error = first_error or doc
+            out.rejected.append(f"{doc.position}: {doc.detail}")
+            continue
+        try:
+            decoded = decode_json_document(doc)
+        except Malformed as exc:
+            located = exc.located(source, position)
+            if len(docs) == 1:
+                raise located from None
+            first_error = first_error or located
+            out.rejected.append(f"{located.position}: {exc.message}")
+            continue
+        except RecursionError:
+            error = ImportFormatError("nested too deeply", source=source, position=position)
+            if len(docs) == 1:
+                raise error from None
+            first_error = first_error or error
+            out.rejected.append(f"{position}: nested too deeply")
+            continue
+        if position:
+            decoded.rejected = [f"{position}: {r}" for r in decoded.rejected]
+        out.extend(decoded)
+    if not out.spans and not out.logs:
+        if first_error is not None:
+            raise first_error
+        if out.rejected:
+            raise ImportFormatError(
+                f"no readable span or log record ({out.rejected[0]})", source=source
+            )
+    return out
+
+
+# -- OTLP protobuf ----------------------------------------------------------------------------
+
+
+def _pb_any(value: Any, depth: int = 0) -> Any:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which is None:
+        return None
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "bool_value":
+        return value.bool_value
+    if depth > MAX_DEPTH:
+        raise _Reject(f"attribute value nested deeper than {MAX_DEPTH} levels")
+    if which == "array_value":
+        return [_pb_any(v, depth + 1) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return _pb_attributes(value.kvlist_value.values, depth + 1)
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None  # string_value_strindex: profiles only
+
+
+def _pb_attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        value = kv.value
+        # a non-empty string_value can only mean the string member of the oneof is set, so
+        # the common case costs one field read; anything else asks WhichOneof
+        text = value.string_value
+        out[kv.key] = text if text else _pb_any(value, depth)
+    return out
+
+
+def _pb_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> NormalizedSpan:
+    parent = s.parent_span_id
+    events = s.events
+    if s.HasField("status"):
+        status = s.status
+        code, message = status.code, status.message
+    else:
+        code, message = 0, ""
+    return NormalizedSpan.fast(
+        _bytes_id(s.trace_id, 16, "trace_id"),
+        _bytes_id(s.span_id, 8, "span_id"),
+        s.name,
+        _bytes_id(parent, 8, "parent_span_id") if parent else None,
+        s.flags & _REMOTE_PARENT == _REMOTE_PARENT,
+        s.kind,
+        s.start_time_unix_nano,
+        s.end_time_unix_nano,
+        code,
+        message,
+        _pb_attributes(s.attributes),
+        tuple(SpanEvent(e.name, e.time_unix_nano, _pb_attributes(e.attributes)) for e in events)
+        if events
+        else (),
+        resource,
+        scope_name,
+        scope_version,
+        s.dropped_attributes_count,
+        s.dropped_events_count,
+    )
+
+
+def decode_proto_traces(message: Any, prefix: str = "") -> Decoded:
+    """Spans of a parsed ``ExportTraceServiceRequest`` / ``TracesData``."""
+    out = Decoded()
+    for i, rs in enumerate(message.resource_spans):
+        try:
+            resource = _pb_attributes(rs.resource.attributes)
+        except _Reject as exc:
+            raise Malformed(f"resource: {exc}", _join(prefix, f"resource_spans[{i}]")) from None
+        for j, ss in enumerate(rs.scope_spans):
+            scope = ss.scope
+            for k, s in enumerate(ss.spans):
+                try:
+                    out.spans.append(_pb_span(s, resource, scope.name, scope.version))
+                except _Reject as exc:
+                    where = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
+                    out.rejected.append(f"{_join(prefix, where)}: {exc}")
+    return out
+
+
+def _pb_log(r: Any) -> LogEvent:
+    attributes = _pb_attributes(r.attributes)
+    name = r.event_name or attributes.get("event.name") or ""
+    return LogEvent(
+        name=str(name),
+        time_ns=r.time_unix_nano or r.observed_time_unix_nano,
+        attributes=attributes,
+        body=_pb_any(r.body) if r.HasField("body") else None,
+        trace_id=_bytes_id(r.trace_id, 16, "trace_id") if r.trace_id else "",
+        span_id=_bytes_id(r.span_id, 8, "span_id") if r.span_id else "",
+    )
+
+
+def decode_proto_logs(message: Any, prefix: str = "") -> Decoded:
+    """Log records of a parsed ``ExportLogsServiceRequest`` / ``LogsData``."""
+    out = Decoded()
+    for i, rl in enumerate(message.resource_logs):
+        for j, sl in enumerate(rl.scope_logs):
+            for k, r in enumerate(sl.log_records):
+                try:
+                    out.logs.append(_pb_log(r))
+                except _Reject as exc:
+                    where = f"resource_logs[{i}].scope_logs[{j}].log_records[{k}]"
+                    out.rejected.append(f"{_join(prefix, where)}: {exc}")
+    return out
+
+
+def split_length_prefixed(data: bytes) -> list[tuple[int, bytes]] | None:
+    """``[(offset, message)]`` when ``data`` is exactly a chain of 4-byte big-endian
+    length-prefixed messages, else ``None``."""
+    messages = []
+    offset = 0
+    size = len(data)
+    while offset < size:
+        if offset + 4 > size:
+            return None
+        length = int.from_bytes(data[offset : offset + 4], "big")
+        start = offset + 4
+        if start + length > size:
+            return None
+        messages.append((offset, data[start : start + length]))
+        offset = start + length
+    return messages or None
+
+
+def _decode_one_proto(payload: bytes, prefix: str) -> Decoded:
+    """One message of either signal: traces first, logs when the records are not spans."""
+    traces_error = None
+    try:
+        traces = ExportTraceServiceRequest.FromString(payload)
+    except DecodeError as exc:
+        traces, traces_error = None, exc
+    if traces is not None:
+        decoded = decode_proto_traces(traces, prefix)
+        # A logs request can parse as traces when its records carry no time field; then
+        # every "span" lacks ids, which real spans never do.
+        if decoded.spans or not decoded.rejected:
+            return decoded
+    try:
+        logs = ExportLogsServiceRequest.FromString(payload)
+    except DecodeError:
+        raise Malformed(
+            f"not an OTLP protobuf message ({traces_error or 'no valid span'})", prefix
+        ) from None
+    return decode_proto_logs(logs, prefix)
+
+
+def read_otlp_proto(data: bytes, source: str) -> Decoded:
+    """Every span and log record of an OTLP protobuf file: one message, or a stream of
+    length-prefixed messages (see the module docs). Raises :class:`ImportFormatError`."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImportFormatError("OTLP protobuf data must be bytes", source=source)
+    data = bytes(data)
+    if not data:
+        return Decoded()
+    chunks: list[tuple[int, bytes]] | None = None
+    if data[0] == 0:  # a length prefix; a message would start with field 1's tag, 0x0a
+        chunks = split_length_prefixed(data)
+    if chunks is None:
+        chunks = [(0, data)]
+    out = Decoded()
+    first_error: ImportFormatError | None = None
+    for number, (offset, payload) in enumerate(chunks):
+        position = f"message {number} at byte {offset}" if len(chunks) > 1 else ""
+        try:
+            decoded = _decode_one_proto(payload, "")
+        except Malformed as exc:
+            located = exc.located(source, position)
+            if len(chunks) == 1:
+                raise located from None
+            first_error = first_error or located
+            out.rejected.append(f"{located.position}: {exc.message}")
+            continue
+        if position:
+            decoded.rejected = [f"{position}: {r}" for r in decoded.rejected]
+        out.extend(decoded)
+    if first_error is not None and not out.spans and not out.logs:
+        raise first_error
+    return out

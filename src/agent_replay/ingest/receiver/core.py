@@ -1,0 +1,414 @@
+"""The receiver's transport-independent core: decode, admit, commit durably, then answer.
+
+Both transports (OTLP/HTTP and OTLP/gRPC) hand each export request to :class:`Receiver`,
+which decodes it into spans and log records, queues them for the *writer thread*, and returns
+only when they are committed to the store's pending tables (SQLite WAL, ``synchronous=FULL``).
+The writer commits everything queued in one transaction (group commit), so concurrent exporters
+share each disk sync. An *assembler thread* turns complete (or idle) traces into trajectories
+in the background; acknowledgement never waits for it.
+
+Back-pressure: at most ``max_inflight`` requests are processed at once and at most
+``max_queued`` spans and records may wait for the writer; beyond either, :class:`Overloaded`
+(HTTP 429, gRPC RESOURCE_EXHAUSTED, both with a retry delay). A commit that does not finish
+within ``ack_timeout`` is answered with :class:`Unavailable` (503 / UNAVAILABLE); the data is
+still committed later, and because the pending tables are keyed by trace and span id the
+client's retry does not store anything twice. All methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from ...mapping.spans import LogEvent, NormalizedSpan
+from ...store import CheckpointStore
+from ...store.sink import DurableSpanSink
+from ..otlp import (
+    Decoded,
+    Malformed,
+    decode_json_logs,
+    decode_json_traces,
+    decode_proto_logs,
+    decode_proto_traces,
+)
+
+__all__ = [
+    "BadRequest",
+    "Overloaded",
+    "Receiver",
+    "ReceiverConfig",
+    "ReceiverError",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+    "UnsupportedMediaType",
+]
+
+_log = logging.getLogger(__name__)
+TRACES, LOGS = "traces", "logs"
+MAX_REASONS = 3  # rejected-record reasons quoted in a partial-success message
+
+
+class ReceiverError(Exception):
+    """A request that is answered with an error: ``http_status``, ``grpc_code`` (a
+    ``grpc.StatusCode`` name) and, for retryable ones, ``retry_after`` seconds."""
+
+    http_status = 500
+    grpc_code = "INTERNAL"
+    retry_after: float | None = None
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if retry_after is not None:
+            self.retry_after = retry_after
+
+
+class BadRequest(ReceiverError):
+    """The body cannot be decoded as OTLP: never retried by clients."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class Unauthorized(ReceiverError):
+    http_status = 401
+    grpc_code = "UNAUTHENTICATED"
+
+
+class TooLarge(ReceiverError):
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedMediaType(ReceiverError):
+    http_status = 415
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class Overloaded(ReceiverError):
+    """Too many requests at once or too much waiting for the disk: retry after a delay."""
+
+    http_status = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(ReceiverError):
+    """Draining, or the store is slow or failing: retry after a delay."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+@dataclass
+class ReceiverConfig:
+    """Receiver limits and behaviour (defaults suit a loopback sidecar)."""
+
+    max_body_bytes: int = 64 << 20  # after decompression, as OTLP recommends
+    max_inflight: int = 64
+    max_queued: int = 200_000  # spans and log records received but not yet committed
+    ack_timeout: float = 30.0
+    retry_after: float = 1.0
+    idle_seconds: float = 30.0  # assemble a trace whose root never arrives after this
+    retain_seconds: float = 3600.0  # keep assembled spans this long for late arrivals
+    assemble_interval: float = 0.5
+    token: str | None = None  # bearer token required when set
+    source: str = "otel"
+
+
+@dataclass
+class _Item:
+    spans: list[NormalizedSpan]
+    logs: list[LogEvent]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.spans) + len(self.logs)
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    spans_received: int = 0
+    logs_received: int = 0
+    spans_stored: int = 0
+    logs_stored: int = 0
+    rejected: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "errors": dict(self.errors)}
+
+
+class Receiver:
+    """Decodes, admits and durably commits OTLP exports; assembles trajectories behind them."""
+
+    def __init__(self, store: CheckpointStore, config: ReceiverConfig | None = None) -> None:
+        self.store = store
+        self.config = config or ReceiverConfig()
+        self.sink = DurableSpanSink(
+            store,
+            source=self.config.source,
+            idle_seconds=self.config.idle_seconds,
+            retain_seconds=self.config.retain_seconds,
+        )
+        self.stats = Stats()
+        self._lock = threading.Condition()
+        self._queue: list[_Item] = []
+        self._uncommitted = 0
+        self._inflight = 0
+        self._accepting = False
+        self._stop_writer = False
+        self._stop_assembler = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._assembler: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> Receiver:
+        """Start the writer and assembler threads and accept requests."""
+        self._accepting = True
+        self._writer = threading.Thread(
+            target=self._write_loop, name="agent-replay-writer", daemon=True
+        )
+        self._assembler = threading.Thread(
+            target=self._assemble_loop, name="agent-replay-assembler", daemon=True
+        )
+        self._writer.start()
+        self._assembler.start()
+        return self
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Stop accepting (new requests get 503), give in-flight requests ``timeout`` seconds
+        to finish, commit everything queued, then assemble every waiting trace. Call after
+        the transports stopped accepting. When it returns no receiver thread uses the store
+        any more (the writer's last commit is bounded by the store's busy timeout)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._accepting = False
+            while self._inflight and time.monotonic() < deadline:
+                self._lock.wait(0.05)
+            self._stop_writer = True
+            self._lock.notify_all()
+        # no timeouts on these joins: closing the store under a running thread would crash
+        if self._writer is not None:
+            self._writer.join()
+        self._stop_assembler.set()
+        if self._assembler is not None:
+            self._assembler.join()
+        try:
+            self.sink.assemble_ready(force=True)
+        except Exception:
+            _log.exception("agent-replay: assembling on shutdown failed; spans stay pending")
+
+    # -- admission --------------------------------------------------------------------------
+
+    def check_token(self, authorization: str | None) -> None:
+        """Raise :class:`Unauthorized` unless ``authorization`` is ``Bearer <token>`` (when a
+        token is configured). Constant-time comparison."""
+        token = self.config.token
+        if not token:
+            return
+        presented = (authorization or "").strip()
+        scheme, _, value = presented.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            value.strip().encode(), token.encode()
+        ):
+            raise Unauthorized("missing or wrong bearer token")
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[None]:
+        """Hold one of ``max_inflight`` request slots; raises :class:`Overloaded` when none
+        is free and :class:`Unavailable` while draining."""
+        with self._lock:
+            if not self._accepting:
+                raise Unavailable("shutting down", retry_after=self.config.retry_after)
+            if self._inflight >= self.config.max_inflight:
+                raise Overloaded(
+                    f"more than {self.config.max_inflight} requests at once",
+                    retry_after=self.config.retry_after,
+                )
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def decompress(self, body: bytes, encoding: str | None) -> bytes:
+        """The body after ``Content-Encoding`` (identity or gzip), within ``max_body_bytes``."""
+        encoding = (encoding or "identity").strip().lower()
+        if encoding in ("", "identity"):
+            return body
+        if encoding != "gzip":
+            raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r} (use gzip)")
+        limit = self.config.max_body_bytes
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            out = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise BadRequest(f"body is not valid gzip ({exc})") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise TooLarge(f"body inflates beyond the {limit}-byte limit")
+        if not inflater.eof:
+            raise BadRequest("gzip body is truncated")
+        return out
+
+    def export_proto(self, signal: str, body: bytes) -> bytes:
+        """Handle a protobuf-encoded export; returns the serialized response."""
+        cls = ExportTraceServiceRequest if signal == TRACES else ExportLogsServiceRequest
+        try:
+            message = cls.FromString(body)
+        except DecodeError as exc:
+            raise BadRequest(f"body is not a protobuf {cls.__name__} ({exc})") from None
+        return self.export_message(signal, message).SerializeToString()
+
+    def export_message(self, signal: str, message: Any) -> Any:
+        """Handle a parsed ``Export*ServiceRequest`` (what gRPC delivers)."""
+        try:
+            decoded = (
+                decode_proto_traces(message) if signal == TRACES else decode_proto_logs(message)
+            )
+        except Malformed as exc:
+            raise BadRequest(str(exc)) from None
+        rejected, reason = self._commit(decoded)
+        if signal == TRACES:
+            partial = ExportTracePartialSuccess(rejected_spans=rejected, error_message=reason)
+            return ExportTraceServiceResponse(partial_success=partial if rejected else None)
+        partial_logs = ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=reason)
+        return ExportLogsServiceResponse(partial_success=partial_logs if rejected else None)
+
+    def export_json(self, signal: str, body: bytes) -> bytes:
+        """Handle an OTLP/JSON export; returns the JSON response body."""
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise BadRequest(f"body is not JSON ({exc})") from None
+        try:
+            decoded = decode_json_traces(doc) if signal == TRACES else decode_json_logs(doc)
+        except Malformed as exc:
+            raise BadRequest(str(exc)) from None
+        except RecursionError:
+            raise BadRequest("body is nested too deeply") from None
+        rejected, reason = self._commit(decoded)
+        if not rejected:
+            return b"{}"
+        key = "rejectedSpans" if signal == TRACES else "rejectedLogRecords"
+        # int64 fields are strings in proto3 JSON
+        partial = {key: str(rejected), "errorMessage": reason}
+        return json.dumps({"partialSuccess": partial}).encode()
+
+    def _commit(self, decoded: Decoded) -> tuple[int, str]:
+        """Store what decoded; ``(rejected records, reason)`` for a partial success."""
+        rejected = len(decoded.rejected)
+        reason = "; ".join(decoded.rejected[:MAX_REASONS])
+        if rejected > MAX_REASONS:
+            reason += f"; and {rejected - MAX_REASONS} more"
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.rejected += rejected
+            self.stats.spans_received += len(decoded.spans)
+            self.stats.logs_received += len(decoded.logs)
+        if rejected and not decoded.spans and not decoded.logs:
+            raise BadRequest(f"no valid record: {reason}")
+        if decoded.spans or decoded.logs:
+            self._submit(_Item(decoded.spans, decoded.logs))
+        return rejected, reason
+
+    def _submit(self, item: _Item) -> None:
+        config = self.config
+        with self._lock:
+            # one request larger than the queue is still accepted when nothing waits
+            if self._uncommitted and self._uncommitted + item.size > config.max_queued:
+                raise Overloaded(
+                    f"{self._uncommitted} records are waiting for the disk",
+                    retry_after=config.retry_after,
+                )
+            self._queue.append(item)
+            self._uncommitted += item.size
+            self._lock.notify_all()
+        if not item.done.wait(config.ack_timeout):
+            raise Unavailable(
+                "the store did not commit in time; not acknowledged (a retry is safe)",
+                retry_after=config.retry_after,
+            )
+        if item.error is not None:
+            raise Unavailable(
+                f"the store failed ({type(item.error).__name__}: {item.error})",
+                retry_after=config.retry_after,
+            )
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._stop_writer:
+                    self._lock.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            spans = [s for item in batch for s in item.spans]
+            logs = [log for item in batch for log in item.logs]
+            error: BaseException | None = None
+            try:
+                new_spans, new_logs = self.sink.add(spans, logs)
+            except Exception as exc:  # answered as 503: the client retries
+                _log.exception("agent-replay: committing received spans failed")
+                error = exc
+            with self._lock:
+                self._uncommitted -= sum(item.size for item in batch)
+                if error is None:
+                    self.stats.spans_stored += new_spans
+                    self.stats.logs_stored += new_logs
+                else:
+                    name = type(error).__name__
+                    self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            for item in batch:
+                item.error = error
+                item.done.set()
+
+    def _assemble_loop(self) -> None:
+        last_purge = time.monotonic()
+        while not self._stop_assembler.wait(self.config.assemble_interval):
+            try:
+                self.sink.assemble_ready()
+                if time.monotonic() - last_purge > 60:
+                    self.sink.purge()
+                    last_purge = time.monotonic()
+            except Exception:
+                _log.exception("agent-replay: assembling received traces failed; will retry")
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for logs and the ``collect`` summary."""
+        with self._lock:
+            out = self.stats.to_dict()
+            out["inflight"] = self._inflight
+            out["uncommitted"] = self._uncommitted
+        out["sessions_written"] = self.sink.sessions_written
+        return out

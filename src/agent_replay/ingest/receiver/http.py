@@ -1,0 +1,265 @@
+"""OTLP/HTTP: ``POST /v1/traces`` and ``POST /v1/logs`` on the standard library's threading
+HTTP server (HTTP/1.1, keep-alive).
+
+Requests: ``Content-Type: application/x-protobuf`` or ``application/json`` (the response uses
+the same), optional ``Content-Encoding: gzip``, ``Content-Length`` or chunked bodies.
+Responses, as the OTLP specification says: 200 with an ``Export*ServiceResponse`` (a partial
+success names the rejected records); 400 for a body that is not OTLP, with a
+``google.rpc.Status`` (protobuf, or its JSON form for JSON requests); 401 without the bearer
+token when one is configured; 404 / 405 for other paths and methods; 413 beyond the body limit
+(before reading the body when ``Content-Length`` says so, after inflating it otherwise); 415
+for another content type or encoding; 429 / 503 with ``Retry-After`` under overload or while
+draining. A failing request never stops the server: each connection has its own thread.
+TLS is optional (``ssl_context``); the handshake runs on the connection's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from google.rpc.status_pb2 import Status
+
+from .core import (
+    LOGS,
+    TRACES,
+    BadRequest,
+    Receiver,
+    ReceiverError,
+    TooLarge,
+    UnsupportedMediaType,
+)
+
+__all__ = ["OTLPHTTPServer", "parse_address"]
+
+_log = logging.getLogger(__name__)
+_PATHS = {"/v1/traces": TRACES, "/v1/logs": LOGS}
+_PROTOBUF = ("application/x-protobuf", "application/protobuf")
+_GRPC_CODES = {
+    "INVALID_ARGUMENT": 3,
+    "RESOURCE_EXHAUSTED": 8,
+    "UNAVAILABLE": 14,
+    "UNAUTHENTICATED": 16,
+    "INTERNAL": 13,
+    "NOT_FOUND": 5,
+    "UNIMPLEMENTED": 12,
+}
+
+
+def parse_address(address: str, default_port: int) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6; a bare host takes ``default_port``)."""
+    text = address.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.lstrip(":")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    try:
+        return host or "127.0.0.1", int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"bad address {address!r}: expected HOST:PORT") from None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "agent-replay"
+    timeout = 30  # an idle keep-alive connection is closed after this (seconds)
+    server: OTLPHTTPServer
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(self.timeout)
+            try:
+                self.request.do_handshake()
+            except (OSError, ssl.SSLError):
+                self.close_connection = True
+                raise
+        super().setup()
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("%s %s", self.address_string(), format % args)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, error: ReceiverError, as_json: bool) -> None:
+        code = _GRPC_CODES.get(error.grpc_code, 2)
+        headers = {}
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+        if error.http_status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="agent-replay"'
+        if as_json:
+            body = json.dumps({"code": code, "message": error.message}).encode()
+            self._send(error.http_status, body, "application/json", headers)
+        else:
+            body = Status(code=code, message=error.message).SerializeToString()
+            self._send(error.http_status, body, "application/x-protobuf", headers)
+
+    def _read_body(self, limit: int) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked(limit)
+        length_header = self.headers.get("Content-Length")
+        if length_header is None:
+            self.close_connection = True
+            raise BadRequest("Content-Length (or chunked encoding) is required")
+        try:
+            length = int(length_header)
+        except ValueError:
+            self.close_connection = True
+            raise BadRequest(f"bad Content-Length {length_header!r}") from None
+        if length < 0:
+            self.close_connection = True
+            raise BadRequest("negative Content-Length")
+        if length > limit:
+            self.close_connection = True  # the body stays unread: the connection cannot be reused
+            raise TooLarge(f"body of {length} bytes exceeds the {limit}-byte limit")
+        body = self.rfile.read(length)
+        if len(body) != length:
+            self.close_connection = True
+            raise BadRequest("body shorter than Content-Length")
+        return body
+
+    def _read_chunked(self, limit: int) -> bytes:
+        chunks = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1026)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise BadRequest("malformed chunked body") from None
+            if size == 0:
+                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(chunks)
+            total += size
+            if total > limit:
+                self.close_connection = True
+                raise TooLarge(f"chunked body exceeds the {limit}-byte limit")
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline(3)
+
+    # -- methods ----------------------------------------------------------------------------
+
+    def do_POST(self) -> None:
+        receiver = self.server.receiver
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        as_json = content_type == "application/json"
+        try:
+            signal = _PATHS.get(self.path.split("?", 1)[0])
+            if signal is None:
+                self.close_connection = True
+                self._send(404, b"not found: use /v1/traces or /v1/logs\n", "text/plain")
+                return
+            receiver.check_token(self.headers.get("Authorization"))
+            if not as_json and content_type not in _PROTOBUF:
+                self.close_connection = True
+                raise UnsupportedMediaType(
+                    f"unsupported Content-Type {content_type!r}: use application/x-protobuf "
+                    "or application/json"
+                )
+            body = self._read_body(receiver.config.max_body_bytes)
+            body = receiver.decompress(body, self.headers.get("Content-Encoding"))
+            with receiver.admit():
+                if as_json:
+                    response = receiver.export_json(signal, body)
+                else:
+                    response = receiver.export_proto(signal, body)
+            self._send(200, response, "application/json" if as_json else "application/x-protobuf")
+        except ReceiverError as error:
+            with receiver._lock:  # counted for the collect summary
+                name = type(error).__name__
+                receiver.stats.errors[name] = receiver.stats.errors.get(name, 0) + 1
+            self._error(error, as_json)
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+        except Exception as exc:  # a bug must cost one request, not the server
+            _log.exception("agent-replay: request failed")
+            self.close_connection = True
+            self._error(ReceiverError(f"internal error: {type(exc).__name__}"), as_json)
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True
+        self._send(
+            405,
+            b"method not allowed: POST /v1/traces or /v1/logs\n",
+            "text/plain",
+            {"Allow": "POST"},
+        )
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+
+class OTLPHTTPServer(ThreadingHTTPServer):
+    """The OTLP/HTTP listener. ``serve_forever`` in a thread; ``shutdown`` stops accepting."""
+
+    daemon_threads = True  # idle keep-alive connections must not hold up shutdown
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        receiver: Receiver,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+        self.receiver = receiver
+        if ssl_context is not None:
+            # handshake on the connection's thread, not in the accept loop
+            self.socket = ssl_context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self._thread: threading.Thread | None = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a failed TLS handshake or a dropped connection is the client's problem: no traceback
+        _log.debug("agent-replay: connection from %s failed", client_address, exc_info=True)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> OTLPHTTPServer:
+        self._thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="agent-replay-http",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting connections (requests already being handled finish)."""
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join(5)

@@ -1,0 +1,120 @@
+"""Spans written by the Langfuse SDK (``langfuse.observation.*``, scope ``langfuse-sdk``).
+
+The SDK states the observation type outright (``generation``, ``tool``, ``agent``, ...) and
+puts the observation's input and output in ``langfuse.observation.input`` / ``.output`` as
+JSON, so this dialect ranks above the generic ones. :func:`read_observation` is shared with
+the Langfuse export importer, which fills from an observation's own ``type`` / ``input`` /
+``output`` whatever the original span attributes did not give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model import StepKind
+from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+
+PREFIX = "langfuse.observation."
+_STEP_TYPES = {
+    "generation": StepKind.LLM,
+    "embedding": StepKind.EMBEDDING,
+    "tool": StepKind.TOOL,
+    "retriever": StepKind.RETRIEVAL,
+    "evaluator": StepKind.SPAN,
+    "guardrail": StepKind.SPAN,
+}
+
+
+def read_observation(
+    mapped: MappedSpan,
+    *,
+    obs_type: Any,
+    name: str,
+    inputs: Any,
+    output: Any,
+    model: Any = None,
+    has_inputs: bool = True,
+    has_output: bool = True,
+) -> bool:
+    """Fill ``mapped`` from a Langfuse observation's type, input and output (only the fields
+    no dialect with precedence filled). Returns whether the type was recognised."""
+    kind = str(obs_type or "").lower()
+    inputs, output = decode_json_text(inputs), decode_json_text(output)
+    if kind in ("agent", "chain") and mapped.role == Role.OTHER:
+        mapped.role = Role.AGENT if kind == "agent" else Role.WORKFLOW
+        mapped.kind = StepKind.AGENT if kind == "agent" else StepKind.SPAN
+        mapped.name = mapped.name or name
+        if kind == "agent" and mapped.agent is None and name:
+            mapped.agent = name
+    elif kind in _STEP_TYPES:
+        mapped.set_step(_STEP_TYPES[kind], name)
+    recognised = kind in _STEP_TYPES or kind in ("agent", "chain", "span", "event")
+    if mapped.role == Role.STEP and mapped.kind is StepKind.LLM:
+        if has_inputs:
+            mapped.set_llm_inputs(inputs, model=model)
+            mapped.set_inputs(inputs)  # a prompt that is not messages
+        if has_output:
+            mapped.set_llm_output(output)
+            mapped.set_output(output)
+        mapped.set_attr("model", model)
+    elif mapped.role == Role.STEP and mapped.kind is StepKind.TOOL:
+        if has_inputs and inputs is not None:
+            mapped.set_inputs({"arguments": inputs})
+        if has_output:
+            mapped.set_output(output)
+    else:
+        if has_inputs:
+            if mapped.role in (Role.AGENT, Role.WORKFLOW) and _looks_like_messages(inputs):
+                mapped.set_llm_inputs(inputs)
+            mapped.set_inputs(inputs)
+        if has_output:
+            mapped.set_output(output)
+    return recognised
+
+
+def decode_json_text(value: Any) -> Any:
+    """Langfuse exports sometimes hold JSON text (even JSON text of JSON text): decode it."""
+    for _ in range(2):
+        decoded = parse_json(value)
+        if decoded is value or not isinstance(decoded, (str, dict, list)):
+            return decoded
+        value = decoded
+    return value
+
+
+def _looks_like_messages(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, dict) and ("role" in v or "parts" in v) for v in value)
+    )
+
+
+def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
+    attrs = span.attributes
+    obs_type = attrs.get(PREFIX + "type")
+    if obs_type is None:
+        return False
+    session = attrs.get("langfuse.session.id") or attrs.get("session.id")
+    if session not in (None, "") and mapped.conversation_id is None:
+        mapped.conversation_id = str(session)
+    level = attrs.get(PREFIX + "level")
+    if level == "ERROR" and mapped.error is None:
+        mapped.error = {"type": "error", "message": str(attrs.get(PREFIX + "status_message") or "")}
+    usage = parse_json(attrs.get(PREFIX + "usage_details"))
+    if isinstance(usage, dict):
+        mapped.set_attr("input_tokens", usage.get("input"))
+        mapped.set_attr("output_tokens", usage.get("output"))
+    return read_observation(
+        mapped,
+        obs_type=obs_type,
+        name=span.name,
+        inputs=parse_json(attrs.get(PREFIX + "input")),
+        output=parse_json(attrs.get(PREFIX + "output")),
+        model=attrs.get(PREFIX + "model.name"),
+        has_inputs=PREFIX + "input" in attrs,
+        has_output=PREFIX + "output" in attrs,
+    )
+
+
+register_dialect("langfuse", read)

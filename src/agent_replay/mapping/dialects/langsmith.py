@@ -1,0 +1,112 @@
+"""LangSmith's OpenTelemetry exporter (``langsmith.span.kind``, ``langsmith.trace.*``).
+
+LangSmith writes the run's whole ``inputs`` as ``gen_ai.prompt`` and whole ``outputs`` as
+``gen_ai.completion`` (JSON, not indexed), so it must be read before the generic GenAI dialect.
+:func:`read_run` maps a run's type, inputs and outputs and is shared with the LangSmith run
+importer (``{post, patch}`` payloads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model import StepKind
+from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+
+_STEP_TYPES = {
+    "llm": StepKind.LLM,
+    "tool": StepKind.TOOL,
+    "retriever": StepKind.RETRIEVAL,
+    "embedding": StepKind.EMBEDDING,
+}
+_TRACE_KEYS = ("langsmith.trace.name", "langsmith.trace.session_id", "langsmith.trace.session_name")
+#: metadata keys LangSmith uses to group runs of one conversation into a thread
+THREAD_KEYS = ("thread_id", "session_id", "conversation_id")
+
+
+def _tool_arguments(inputs: Any) -> Any:
+    if isinstance(inputs, dict) and set(inputs) == {"input"}:
+        return parse_json(inputs["input"])
+    return inputs
+
+
+def _tool_output(outputs: Any) -> Any:
+    if isinstance(outputs, dict) and set(outputs) == {"output"}:
+        output = outputs["output"]
+        # LangChain ToolMessage serialisations carry the content in kwargs
+        if isinstance(output, dict) and isinstance(output.get("kwargs"), dict):
+            return output["kwargs"].get("content", output)
+        return output
+    return outputs
+
+
+def read_run(
+    mapped: MappedSpan,
+    *,
+    run_type: Any,
+    name: str,
+    inputs: Any,
+    outputs: Any,
+    model: Any = None,
+) -> bool:
+    """Fill ``mapped`` from a LangSmith run's type, inputs and outputs."""
+    kind = str(run_type or "").lower()
+    step_kind = _STEP_TYPES.get(kind)
+    if step_kind is None:
+        if kind == "chain" and mapped.role == Role.OTHER:
+            mapped.role = Role.WORKFLOW
+            mapped.name = mapped.name or name
+        mapped.set_inputs(inputs)
+        mapped.set_output(outputs)
+        return kind in ("chain", "prompt", "parser")
+    mapped.set_step(step_kind, name)
+    if step_kind is StepKind.LLM:
+        tools = inputs.get("tools") if isinstance(inputs, dict) else None
+        if model is None and isinstance(inputs, dict):
+            model = inputs.get("model")
+        mapped.set_llm_inputs(inputs, tools=tools, model=model)
+        mapped.set_inputs(inputs)  # a prompt that is not messages
+        mapped.set_llm_output(outputs)
+        mapped.set_output(outputs)
+        mapped.set_attr("model", model)
+        if isinstance(outputs, dict):
+            usage = outputs.get("usage_metadata") or outputs.get("usage")
+            if isinstance(usage, dict):
+                mapped.set_attr(
+                    "input_tokens", usage.get("input_tokens", usage.get("prompt_tokens"))
+                )
+                mapped.set_attr(
+                    "output_tokens", usage.get("output_tokens", usage.get("completion_tokens"))
+                )
+    elif step_kind is StepKind.TOOL:
+        if inputs is not None:
+            mapped.set_inputs({"arguments": _tool_arguments(inputs)})
+        mapped.set_output(_tool_output(outputs))
+    else:
+        mapped.set_inputs(inputs)
+        mapped.set_output(outputs)
+    return True
+
+
+def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
+    attrs = span.attributes
+    run_type = attrs.get("langsmith.span.kind")
+    if run_type is None and not any(k in attrs for k in _TRACE_KEYS):
+        return False
+    for key in THREAD_KEYS:
+        value = attrs.get("langsmith.metadata." + key)
+        if value not in (None, "") and mapped.conversation_id is None:
+            mapped.conversation_id = str(value)
+    if run_type is None:
+        return True
+    return read_run(
+        mapped,
+        run_type=run_type,
+        name=span.name,
+        inputs=parse_json(attrs.get("gen_ai.prompt")),
+        outputs=parse_json(attrs.get("gen_ai.completion")),
+        model=attrs.get("gen_ai.request.model") or attrs.get("langsmith.metadata.ls_model_name"),
+    )
+
+
+register_dialect("langsmith", read)

@@ -1,0 +1,64 @@
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from agent_replay import CheckpointStore
+from agent_replay.cli import main
+
+SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
+FIXTURES = SHARED / "fixtures"
+
+
+def test_import_reports_the_bad_file_and_imports_the_rest(tmp_path, db_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"resourceSpans": [{"scopeSpans": [{"spans": [')
+    runner = CliRunner()
+    result = runner.invoke(
+        main,
+        [
+            "import",
+            str(bad),
+            str(FIXTURES / "generated" / "otel_event_only.jsonl"),
+            str(FIXTURES / "generated" / "otel_event_only.logs.jsonl"),
+            str(FIXTURES / "atif"),
+            "--db",
+            str(db_path),
+        ],
+    )
+    assert result.exit_code == 1
+    assert f"FAILED {bad}: not valid JSON" in result.output
+    assert "Imported 3 trajectories" in result.output
+    assert "from 4 of 5 files" in result.output
+    with CheckpointStore(db_path) as store:
+        ids = set(store.session_ids())
+        assert ids == {"conv_1", "sess-abc123-simple", "sess-def456-multi"}
+        conv = store.load("conv_1")
+        assert conv.metadata["capture"]["steps_without_content"] == []  # logs were joined
+        assert conv.metadata["capture"]["log_records"] == 2
+
+
+def test_import_twice_keeps_one_copy_and_json_summary(db_path):
+    runner = CliRunner()
+    args = ["import", str(FIXTURES / "langfuse" / "koog-2025-08-26.json"), "--db", str(db_path)]
+    assert runner.invoke(main, args).exit_code == 0
+    result = runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{") :])
+    assert summary["failed"] == [] and summary["formats"] == {"langfuse": 1}
+    (trajectory,) = summary["trajectories"]
+    assert trajectory["steps"] == 6 and trajectory["capture"]["opaque_steps"]
+    with CheckpointStore(db_path) as store:
+        assert len(store.session_ids()) == 1
+        store.load(store.session_ids()[0]).verify()
+
+
+def test_import_with_explicit_format_and_strict(tmp_path, db_path):
+    path = tmp_path / "mixed.jsonl"
+    good = (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().strip()
+    path.write_text(good + "\nnot json\n")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["import", str(path), "--db", str(db_path), "--format", "otlp-json"])
+    assert ok.exit_code == 0 and "warning" in ok.output and "line 2" in ok.output
+    strict = runner.invoke(main, ["import", str(path), "--db", str(db_path), "--strict"])
+    assert strict.exit_code == 1

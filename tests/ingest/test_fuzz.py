@@ -1,0 +1,198 @@
+"""Every parser on hostile input: arbitrary bytes, truncated and deeply nested documents,
+wrong types anywhere, huge attributes. Each call either returns or raises ImportFormatError
+naming the source, never anything else, and never the catch-all "internal error" (which would
+mean a reader bug slipped through)."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from agent_replay.errors import ImportFormatError
+from agent_replay.ingest import FORMATS, load_many, read_source
+
+SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
+FIXTURES = SHARED / "fixtures"
+SAMPLES = {
+    "otlp-json": FIXTURES / "generated" / "otel_span_only.jsonl",
+    "langfuse": FIXTURES / "langfuse" / "microsoft-agent-2025-10-14.json",
+    "langsmith": FIXTURES / "langsmith" / "langsmith_py_wrap_openai_.json",
+    "atif": FIXTURES / "atif" / "multi_tool_trajectory.json",
+    "whowhen": SHARED / "datasets" / "who_and_when" / "Algorithm-Generated" / "1.json",
+    "jsonl": None,  # built below
+}
+JSONL = (
+    b'{"session": {"session_id": "s", "task": "t"}}\n'
+    b'{"session_id": "s", "kind": "llm", "name": "a", "inputs": {"x": [1, 2]}, "output": "y"}\n'
+    b'{"session_id": "s", "kind": "tool", "name": "b", "action": 1, "observation": 2}\n'
+)
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def sample_bytes(fmt: str) -> bytes:
+    path = SAMPLES[fmt]
+    return JSONL if path is None else path.read_bytes()
+
+
+def sample_doc(fmt: str):
+    data = sample_bytes(fmt)
+    if fmt in ("otlp-json", "jsonl"):
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
+    return json.loads(data)
+
+
+def check(data, fmt: str) -> None:
+    try:
+        read_source(data, fmt)
+    except ImportFormatError as exc:
+        assert exc.source == "<data>"
+        assert "internal error" not in str(exc), str(exc)
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=10), c, max_size=5),
+    max_leaves=40,
+)
+
+
+def mutate(doc, draw):
+    """Replace one node somewhere in ``doc`` by an arbitrary JSON value."""
+    doc = copy.deepcopy(doc)
+    parent, key = None, None
+    node = doc
+    for _ in range(draw(st.integers(0, 12))):
+        if isinstance(node, dict) and node:
+            k = draw(st.sampled_from(sorted(node)))
+        elif isinstance(node, list) and node:
+            k = draw(st.integers(0, len(node) - 1))
+        else:
+            break
+        parent, key, node = node, k, node[k]
+    replacement = draw(json_values)
+    if parent is None:
+        return replacement
+    parent[key] = replacement
+    return doc
+
+
+@pytest.mark.parametrize("fmt", ["auto", *FORMATS])
+@FUZZ
+@given(data=st.binary(max_size=512))
+def test_arbitrary_bytes(fmt, data):
+    check(data, fmt)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "otlp-proto"])
+@FUZZ
+@given(data=st.data())
+def test_truncated_documents_name_a_position(fmt, data):
+    raw = sample_bytes(fmt)
+    cut = data.draw(st.integers(1, len(raw) - 1))
+    truncated = raw[:cut]
+    try:
+        read_source(truncated, fmt)
+    except ImportFormatError as exc:
+        assert "internal error" not in str(exc)
+        if fmt not in ("otlp-json", "jsonl") and truncated.strip():
+            assert exc.position.startswith("line"), str(exc)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "otlp-proto"])
+@FUZZ
+@given(data=st.data())
+def test_wrong_types_anywhere(fmt, data):
+    mutated = sample_doc(fmt)
+    for _ in range(data.draw(st.integers(1, 3))):  # one to three nodes replaced
+        mutated = mutate(mutated, data.draw)
+    if fmt in ("otlp-json", "jsonl") and isinstance(mutated, list):
+        encoded = b"\n".join(json.dumps(line).encode() for line in mutated)
+    else:
+        encoded = json.dumps(mutated).encode()
+    check(encoded, fmt)
+    check(encoded, "auto")
+
+
+@pytest.mark.parametrize("fmt", ["auto", *[f for f in FORMATS if f != "otlp-proto"]])
+@pytest.mark.parametrize("depth", [50, 3000, 100_000])
+def test_deeply_nested_documents(fmt, depth):
+    check(b"[" * depth + b"]" * depth, fmt)
+    check(b'{"a":' * depth + b"1" + b"}" * depth, fmt)
+    nested = "[" * depth + "]" * depth
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "deep",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.input.messages", "value": {"stringValue": nested}},
+        ],
+    }
+    check(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode(), fmt)
+
+
+def test_deeply_nested_anyvalue_is_rejected_not_crashing():
+    value = {"stringValue": "leaf"}
+    for _ in range(200):
+        value = {"arrayValue": {"values": [value]}}
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "attributes": [{"key": "deep", "value": value}],
+    }
+    with pytest.raises(ImportFormatError, match="no readable span"):
+        read_source(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode())
+
+
+def test_huge_attributes_import():
+    huge = "x" * (8 << 20)
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "execute_tool big",
+        "attributes": [
+            {"key": "gen_ai.tool.name", "value": {"stringValue": "big"}},
+            {"key": "gen_ai.tool.call.result", "value": {"stringValue": huge}},
+        ]
+        + [{"key": f"k{i}", "value": {"intValue": str(i)}} for i in range(20_000)],
+    }
+    parsed = read_source(
+        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+    )
+    assert len(parsed.spans[0].attributes["gen_ai.tool.call.result"]) == 8 << 20
+
+
+@FUZZ
+@given(data=st.data())
+def test_corrupted_protobuf(data):
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id = bytes(range(1, 17))
+    span.span_id = bytes(range(1, 9))
+    span.name = "chat"
+    attr = span.attributes.add()
+    attr.key = "gen_ai.operation.name"
+    attr.value.string_value = "chat"
+    raw = bytearray(request.SerializeToString())
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(raw) - 1))
+        raw[position] = data.draw(st.integers(0, 255))
+    raw = raw[: data.draw(st.integers(1, len(raw)))]
+    check(bytes(raw), "otlp-proto")
+    prefixed = len(raw).to_bytes(4, "big") + bytes(raw)
+    check(prefixed + prefixed[: data.draw(st.integers(0, len(prefixed)))], "otlp-proto")
+
+
+@FUZZ
+@given(garbage=st.binary(min_size=1, max_size=256))
+def test_other_files_of_the_same_import_still_land(garbage):
+    good = FIXTURES / "atif" / "simple_trajectory.json"
+    result = load_many([garbage, good])
+    assert result.sources[1].ok
+    assert any(t.session_id == "sess-abc123-simple" for t in result.trajectories)
+    assert all("internal error" not in str(e) for e in result.errors)

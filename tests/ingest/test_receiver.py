@@ -1,0 +1,477 @@
+"""The OTLP receiver, driven by the real OpenTelemetry exporters (HTTP and gRPC) on free ports."""
+
+import gzip
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import requests
+from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import set_span_in_context
+
+from agent_replay import CheckpointStore
+from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
+
+SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
+FIXTURES = SHARED / "fixtures"
+TOOLS_PER_TRACE = 3
+
+
+def fast_config(**overrides):
+    values = {"assemble_interval": 0.05, "idle_seconds": 30.0, "retry_after": 1.0}
+    values.update(overrides)
+    return ReceiverConfig(**values)
+
+
+@pytest.fixture
+def served(db_path):
+    """A running collector (HTTP and gRPC on free ports) and its store."""
+    started = []
+
+    def start(**options):
+        store = CheckpointStore(db_path)
+        config = options.pop("config", None) or fast_config()
+        collector = Collector(
+            store, http="127.0.0.1:0", grpc="127.0.0.1:0", config=config, **options
+        )
+        collector.start()
+        started.append((collector, store))
+        return collector, store
+
+    yield start
+    for collector, store in started:
+        collector.stop(grace=1)
+        store.close()
+
+
+def emit_traces(provider, traces, tag):
+    """Agent runs: an invoke_agent root with TOOLS_PER_TRACE execute_tool children.
+    Returns the (trace_id, span_id) of every span sent."""
+    tracer = provider.get_tracer("load-test")
+    sent = []
+    for i in range(traces):
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": tag}
+        with tracer.start_as_current_span("invoke_agent", attributes=agent) as root:
+            for j in range(TOOLS_PER_TRACE):
+                attributes = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": f"t{j}",
+                    "gen_ai.tool.call.result": json.dumps(f"{tag}-{i}-{j}"),
+                }
+                with tracer.start_as_current_span(f"execute_tool t{j}", attributes=attributes) as s:
+                    sent.append(s.get_span_context())
+            sent.append(root.get_span_context())
+    return [(format(c.trace_id, "032x"), format(c.span_id, "016x")) for c in sent]
+
+
+def run_exporters(make_exporter, threads=4, traces=25):
+    """``threads`` processes' worth of SDK pipelines exporting concurrently."""
+    sent: list = []
+    lock = threading.Lock()
+    errors = []
+
+    def worker(n):
+        try:
+            provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{n}"}))
+            provider.add_span_processor(
+                BatchSpanProcessor(
+                    make_exporter(), schedule_delay_millis=20, max_export_batch_size=16
+                )
+            )
+            ids = emit_traces(provider, traces, f"agent-{n}")
+            provider.shutdown()  # flushes: every span has been acknowledged (or failed) after this
+            with lock:
+                sent.extend(ids)
+        except Exception as exc:
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(60)
+    assert not errors
+    return sent
+
+
+def recorded_spans(traces, tag):
+    """Finished SDK spans of ``traces`` agent runs (for calling an exporter directly)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sent = emit_traces(provider, traces, tag)
+    provider.shutdown()
+    return memory.get_finished_spans(), sent
+
+
+def stored_tool_spans(store):
+    spans = []
+    for trajectory in store.load_all():
+        assert len(trajectory.steps) == TOOLS_PER_TRACE
+        spans.extend((s.trace_id, s.span_id) for s in trajectory.steps)
+    return spans
+
+
+def pending_ids(db_path):
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute("SELECT trace_id, span_id FROM pending_spans").fetchall()
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_concurrent_real_exporters_every_span_stored_exactly_once(served, db_path, transport):
+    collector, store = served()
+
+    def make_exporter():
+        if transport == "http":
+            return OTLPSpanExporter(
+                endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces",
+                compression=Compression.Gzip,
+            )
+        return GrpcSpanExporter(
+            endpoint=f"127.0.0.1:{collector.grpc_port}",
+            insecure=True,
+            compression=grpc.Compression.Gzip,
+        )
+
+    sent = run_exporters(make_exporter)
+    assert len(sent) == 4 * 25 * (TOOLS_PER_TRACE + 1) == len(set(sent))
+    # acknowledged means committed: every span is in the durable table before any assembly
+    assert sorted(pending_ids(db_path)) == sorted(sent)
+    collector.stop(grace=2)
+    tools = stored_tool_spans(store)
+    assert len(tools) == len(set(tools)) == 4 * 25 * TOOLS_PER_TRACE
+    assert set(tools) <= set(sent)
+    assert len(store.session_ids()) == 100
+    assert collector.receiver.snapshot()["spans_stored"] == len(sent)
+
+
+def post(collector, body, content_type="application/x-protobuf", path="/v1/traces", **headers):
+    return requests.post(
+        f"http://127.0.0.1:{collector.http_port}{path}",
+        data=body,
+        headers={"Content-Type": content_type, **headers},
+        timeout=10,
+    )
+
+
+def otlp_json_request():
+    return (FIXTURES / "generated" / "otel_span_only.jsonl").read_bytes()
+
+
+def test_bad_requests_get_the_right_status_and_the_server_keeps_serving(served, db_path):
+    collector, _store = served(config=fast_config(max_body_bytes=1 << 20))
+    bad_proto = post(collector, b"\xff\xfe not protobuf")
+    assert bad_proto.status_code == 400
+    status = Status.FromString(bad_proto.content)
+    assert status.code == 3 and "not a protobuf" in status.message
+    bad_json = post(collector, b"{nope", "application/json")
+    assert bad_json.status_code == 400 and bad_json.json()["code"] == 3
+    wrong_shape = post(collector, b'{"resourceSpans": "x"}', "application/json")
+    assert wrong_shape.status_code == 400
+    assert post(collector, b"x" * (2 << 20)).status_code == 413
+    bomb = gzip.compress(b"\0" * (8 << 20))  # 8 KiB on the wire, 8 MiB inflated
+    assert post(collector, bomb, **{"Content-Encoding": "gzip"}).status_code == 413
+    assert post(collector, b"\x1f\x8b\x08\x00", **{"Content-Encoding": "gzip"}).status_code == 400
+    assert post(collector, b"{}", "text/plain").status_code == 415
+    assert (
+        post(collector, b"{}", "application/json", **{"Content-Encoding": "br"}).status_code == 415
+    )
+    assert post(collector, b"{}", "application/json", path="/v1/metrics").status_code == 404
+    assert (
+        requests.get(f"http://127.0.0.1:{collector.http_port}/v1/traces", timeout=5).status_code
+        == 405
+    )
+    # partial success: one malformed span among good ones
+    doc = json.loads(otlp_json_request())
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"].append({"traceId": "zz", "spanId": "00"})
+    partial = post(collector, json.dumps(doc).encode(), "application/json")
+    assert partial.status_code == 200
+    assert partial.json()["partialSuccess"]["rejectedSpans"] == "1"
+    assert "traceId" in partial.json()["partialSuccess"]["errorMessage"]
+    only_bad = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}
+    assert post(collector, json.dumps(only_bad).encode(), "application/json").status_code == 400
+    assert post(collector, b"{}", "application/json").json() == {}  # an empty request is fine
+    # after all that, a real exporter still gets through
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=20))
+    sent = emit_traces(provider, 2, "after")
+    provider.shutdown()
+    assert set(sent) <= set(pending_ids(db_path))
+    assert collector.receiver.snapshot()["errors"]["BadRequest"] >= 5
+
+
+def test_grpc_bad_and_oversized_requests(served):
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    collector, _ = served(config=fast_config(max_body_bytes=64 << 10))
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}")
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = b"\x01" * 16, b"\x00" * 8, "bad id"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Export(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    span.span_id = b"\x02" * 8
+    span.attributes.add(key="big").value.string_value = "x" * (128 << 10)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Export(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    del span.attributes[:]
+    good = request.resource_spans[0].scope_spans[0].spans.add()
+    good.trace_id, good.span_id, good.name = b"\x03" * 16, b"\x04" * 8, "ok"
+    bad = request.resource_spans[0].scope_spans[0].spans.add()
+    bad.trace_id, bad.span_id = b"\x05" * 3, b"\x06" * 8
+    response = stub.Export(request, timeout=5)
+    assert response.partial_success.rejected_spans == 1
+    channel.close()
+
+
+def test_logs_signal_joins_event_only_content_whatever_arrives_first(served, db_path):
+    collector, store = served()
+    logs = (FIXTURES / "generated" / "otel_event_only.logs.jsonl").read_bytes()
+    spans = (FIXTURES / "generated" / "otel_event_only.jsonl").read_bytes()
+    assert post(collector, logs, "application/json", path="/v1/logs").status_code == 200
+    assert post(collector, spans, "application/json").status_code == 200
+    collector.stop(grace=1)
+    trajectory = store.load("conv_1")
+    assert trajectory.metadata["capture"]["steps_without_content"] == []
+    assert trajectory.steps[0].inputs["messages"][1]["parts"][0]["content"] == "Weather in Paris?"
+
+
+def test_real_log_exporter(served, db_path):
+    collector, store = served()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces"),
+            schedule_delay_millis=20,
+        )
+    )
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(
+            OTLPLogExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/logs"),
+            schedule_delay_millis=20,
+        )
+    )
+    tracer = tracer_provider.get_tracer("t")
+    logger = logger_provider.get_logger("opentelemetry.instrumentation.genai.test")
+    messages = [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+    with tracer.start_as_current_span(
+        "invoke_agent", attributes={"gen_ai.operation.name": "invoke_agent"}
+    ):
+        with tracer.start_as_current_span(
+            "chat m", attributes={"gen_ai.operation.name": "chat"}
+        ) as chat:
+            logger.emit(
+                event_name="gen_ai.client.inference.operation.details",
+                attributes={"gen_ai.input.messages": messages, "gen_ai.operation.name": "chat"},
+                context=set_span_in_context(chat),
+            )
+    logger_provider.shutdown()
+    tracer_provider.shutdown()
+    collector.stop(grace=1)
+    (trajectory,) = store.load_all()
+    assert trajectory.steps[0].inputs == {"messages": messages}
+
+
+def _lock_store(db_path):
+    conn = sqlite3.connect(db_path, isolation_level=None, timeout=30, check_same_thread=False)
+    conn.execute("BEGIN IMMEDIATE")  # holds the write lock: the receiver's commits must wait
+    return conn
+
+
+def test_overload_answers_503_and_429_with_retry_after(served, db_path):
+    collector, _store = served(config=fast_config(ack_timeout=0.3, max_queued=4))
+    lock = _lock_store(db_path)
+    try:
+        slow = post(collector, otlp_json_request(), "application/json")
+        assert slow.status_code == 503 and slow.headers["Retry-After"] == "1"
+        busy = post(collector, otlp_json_request(), "application/json")
+        assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
+        assert "waiting for the disk" in busy.json()["message"]
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    deadline = time.monotonic() + 10
+    while collector.receiver.snapshot()["uncommitted"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # the unacknowledged request was committed after all; its retry stores nothing twice
+    assert post(collector, otlp_json_request(), "application/json").status_code == 200
+    assert len(pending_ids(db_path)) == 4
+
+
+def test_real_exporter_retries_through_a_slow_disk_and_stores_once(served, db_path):
+    collector, _store = served(config=fast_config(ack_timeout=0.3))
+    lock = _lock_store(db_path)
+    release = threading.Timer(1.2, lambda: (lock.execute("ROLLBACK"), lock.close()))
+    release.start()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")
+    spans, sent = recorded_spans(3, "retry")
+    started = time.monotonic()
+    assert exporter.export(spans) is SpanExportResult.SUCCESS  # 503 + Retry-After, then 200
+    assert time.monotonic() - started >= 0.9
+    release.join()
+    assert sorted(pending_ids(db_path)) == sorted(sent)
+    assert collector.receiver.snapshot()["errors"].get("Unavailable", 0) >= 1
+
+
+def test_bearer_token_http_and_grpc(served, db_path):
+    collector, _store = served(config=fast_config(token="s3cret"))
+    unauthorized = post(collector, otlp_json_request(), "application/json")
+    assert unauthorized.status_code == 401 and "Bearer" in unauthorized.headers["WWW-Authenticate"]
+    assert (
+        post(
+            collector, otlp_json_request(), "application/json", Authorization="Bearer wrong"
+        ).status_code
+        == 401
+    )
+    assert (
+        post(
+            collector, otlp_json_request(), "application/json", Authorization="Bearer s3cret"
+        ).status_code
+        == 200
+    )
+    for headers, expected in (
+        ({}, SpanExportResult.FAILURE),
+        ({"authorization": "Bearer s3cret"}, SpanExportResult.SUCCESS),
+    ):
+        exporter = GrpcSpanExporter(
+            endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, headers=headers, timeout=5
+        )
+        spans, _ = recorded_spans(1, "auth")
+        assert exporter.export(spans) is expected
+        exporter.shutdown()
+
+
+def test_tls_for_both_transports(served, db_path, tmp_path, monkeypatch):
+    # requests lets these override the exporter's certificate_file: keep them out of the way
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    collector, _store = served(tls=TLSConfig(cert, key))
+    http_exporter = OTLPSpanExporter(
+        endpoint=f"https://localhost:{collector.http_port}/v1/traces", certificate_file=str(cert)
+    )
+    grpc_exporter = GrpcSpanExporter(
+        endpoint=f"localhost:{collector.grpc_port}",
+        credentials=grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()),
+    )
+    spans, sent = recorded_spans(1, "tls")
+    for exporter in (http_exporter, grpc_exporter):
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+        exporter.shutdown()
+    assert sorted(pending_ids(db_path)) == sorted(sent)
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(f"http://localhost:{collector.http_port}/v1/traces", data=b"", timeout=5)
+
+
+def start_collect_process(db_path, *extra):
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from agent_replay.cli import main; main()",
+            "collect",
+            "--db",
+            str(db_path),
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "off",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    assert line.startswith("listening otlp/http"), line + process.stderr.read()
+    return process, int(line.rsplit(":", 1)[1])
+
+
+def export_children_only(port):
+    """Spans of traces whose root never arrives: they wait (idle) in the pending table."""
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")
+    spans, _ = recorded_spans(2, "orphan")
+    children = [s for s in spans if s.parent is not None]
+    assert exporter.export(children) is SpanExportResult.SUCCESS
+    return len(children)
+
+
+def test_sigterm_drains_and_assembles_what_is_waiting(db_path):
+    process, port = start_collect_process(db_path, "--idle-seconds", "3600")
+    try:
+        sent = export_children_only(port)
+        process.terminate()  # SIGTERM
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["spans_stored"] == sent and summary["pending"]["spans_waiting"] == 0
+    with CheckpointStore(db_path) as store:
+        assert len(store.session_ids()) == 2
+
+
+def test_acknowledged_spans_survive_a_crash(db_path):
+    process, port = start_collect_process(db_path, "--idle-seconds", "3600")
+    try:
+        sent = export_children_only(port)
+    finally:
+        process.kill()  # SIGKILL: no drain
+        process.communicate(timeout=20)
+    with CheckpointStore(db_path) as store:
+        assert store.pending_counts()["spans_waiting"] == sent
+        assert store.session_ids() == []
+        collector = Collector(store, http=None, grpc=None, config=fast_config(idle_seconds=0))
+        collector.start()
+        collector.stop(grace=1)  # the restarted receiver assembles what was left waiting
+        assert len(store.session_ids()) == 2

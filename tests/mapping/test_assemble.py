@@ -1,0 +1,173 @@
+import json
+
+from agent_replay.mapping.assemble import assemble
+from agent_replay.mapping.spans import NormalizedSpan
+from agent_replay.model import StepKind
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def span(n, name, parent=None, **attributes):
+    status = attributes.pop("_status", 0)
+    return NormalizedSpan(
+        trace_id=TRACE,
+        span_id=f"{n:016x}",
+        name=name,
+        parent_span_id=None if parent is None else f"{parent:016x}",
+        start_ns=n * 10,
+        end_ns=n * 10 + 5,
+        status_code=status,
+        attributes=attributes,
+    )
+
+
+def chat(n, parent, inputs, outputs):
+    return span(
+        n,
+        "chat m",
+        parent,
+        **{
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(inputs),
+            "gen_ai.output.messages": json.dumps(outputs),
+        },
+    )
+
+
+def call(cid, name, args):
+    part = {"type": "tool_call", "name": name, "arguments": args}
+    if cid:
+        part["id"] = cid
+    return {"role": "assistant", "parts": [part]}
+
+
+def result(cid, response):
+    return {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": cid, "response": response}],
+    }
+
+
+USER = {"role": "user", "parts": [{"type": "text", "content": "go"}]}
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "boss"}
+
+
+def test_tool_without_id_links_by_name_to_the_oldest_open_request():
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        chat(2, 1, [USER], [call("c1", "search", {"q": 1}), call("c2", "search", {"q": 2})]),
+        span(
+            3,
+            "execute_tool search",
+            1,
+            **{"gen_ai.tool.name": "search", "gen_ai.tool.call.result": "r1"},
+        ),
+        span(
+            4,
+            "execute_tool search",
+            1,
+            **{"gen_ai.tool.name": "search", "gen_ai.tool.call.result": "r2"},
+        ),
+    ]
+    (traj,) = assemble(spans)
+    tools = [s for s in traj.steps if s.kind is StepKind.TOOL]
+    assert [(t.attributes["requested_by"], t.attributes["tool_call_id"]) for t in tools] == [
+        (0, "c1"),
+        (0, "c2"),
+    ]
+    assert traj.steps[0].attributes["tool_calls"] == ["c1", "c2"]
+    assert {s.agent for s in traj.steps} == {"boss"}
+
+
+def test_tool_answered_only_in_a_later_prompt_is_synthesized_before_that_prompt():
+    first = chat(2, 1, [USER], [call("c1", "search", {"q": 1})])
+    second = chat(3, 1, [USER, call("c1", "search", {"q": 1}), result("c1", "found")], [])
+    (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), first, second])
+    assert [s.label for s in traj.steps] == ["llm:chat m", "tool:search", "llm:chat m"]
+    tool = traj.steps[1]
+    assert tool.inputs == {"arguments": {"q": 1}} and tool.action == "found"
+    assert tool.attributes["synthesized"] and tool.attributes["requested_by"] == 0
+    assert tool.agent == "boss"
+    report = traj.metadata["capture"]
+    assert report["synthesized_tool_steps"] == [1] and report["unanswered_tool_calls"] == []
+
+
+def test_tool_step_without_result_takes_it_from_the_later_prompt():
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        chat(2, 1, [USER], [call("c1", "search", {"q": 1})]),
+        span(
+            3,
+            "execute_tool search",
+            1,
+            **{"gen_ai.tool.name": "search", "gen_ai.tool.call.id": "c1"},
+        ),
+        chat(4, 1, [USER, call("c1", "search", {"q": 1}), result("c1", "found")], []),
+    ]
+    (traj,) = assemble(spans)
+    assert traj.steps[1].action == "found"
+    assert traj.steps[1].attributes["result_from"] == "later llm input"
+    assert traj.metadata["capture"]["tool_steps_without_result"] == []
+
+
+def test_unanswered_calls_and_missing_content_are_reported():
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        chat(2, 1, [USER], [call("c9", "search", {})]),
+        span(3, "chat m", 1, **{"gen_ai.operation.name": "chat"}),  # no content captured
+        span(4, "lonely leaf", 1),
+    ]
+    (traj,) = assemble(spans)
+    report = traj.metadata["capture"]
+    assert report["unanswered_tool_calls"] == ["c9"]
+    assert report["steps_without_content"] == [1]
+    assert report["opaque_steps"] == ["lonely leaf"]
+    assert report["replayable"] is False
+    assert any("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in n for n in report["notes"])
+
+
+def test_unencodable_values_do_not_lose_the_trajectory():
+    class Opaque:
+        def __repr__(self):
+            return "<opaque>"
+
+    deep = "[" * 5000 + "]" * 5000  # too deep to decode: kept as the text it is
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        span(
+            2, "execute_tool t", 1, **{"gen_ai.tool.name": "t", "gen_ai.tool.call.result": Opaque()}
+        ),
+        span(3, "execute_tool u", 1, **{"gen_ai.tool.name": "u", "gen_ai.tool.call.result": deep}),
+    ]
+    (traj,) = assemble(spans)
+    traj.verify()
+    assert traj.steps[0].action == {"unencodable": "<opaque>"}
+    assert "could not be stored" in traj.steps[0].attributes["capture_notes"][0]
+    assert traj.steps[1].action == deep
+
+
+def test_root_error_marks_the_run_failed():
+    spans = [
+        span(1, "invoke_agent boss", _status=2, **AGENT),
+        chat(2, 1, [USER], []),
+    ]
+    (traj,) = assemble(spans)
+    assert traj.failed is True
+
+
+def test_cyclic_parent_links_do_not_hang():
+    a = NormalizedSpan(
+        trace_id=TRACE,
+        span_id="a" * 16,
+        name="x",
+        parent_span_id="b" * 16,
+        attributes={"gen_ai.operation.name": "chat"},
+    )
+    b = NormalizedSpan(
+        trace_id=TRACE,
+        span_id="b" * 16,
+        name="y",
+        parent_span_id="a" * 16,
+        attributes={"gen_ai.operation.name": "invoke_agent"},
+    )
+    assert isinstance(assemble([a, b]), list)  # returns (nothing is a root) instead of hanging

@@ -1,0 +1,225 @@
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_replay.mapping import llm_inputs
+from agent_replay.mapping.messages import (
+    call_id,
+    normalize_messages,
+    normalize_system,
+    normalize_tools,
+    requested_tool_calls,
+    tool_responses,
+)
+
+# The same conversation (system, user, assistant tool call, tool result) in every accepted
+# form; each must normalise to exactly EXPECTED.
+EXPECTED = [
+    {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+    {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+    {
+        "role": "assistant",
+        "parts": [
+            {"type": "tool_call", "id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}
+        ],
+    },
+    {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "rainy"}]},
+]
+
+OTEL = [
+    {"role": "system", "parts": [{"type": "text", "content": "Be brief."}], "name": None},
+    {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+    {
+        "role": "assistant",
+        "parts": [
+            {"type": "tool_call", "id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}
+        ],
+    },
+    {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "result": "rainy"}]},
+]
+OPENAI_CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "rainy"},
+]
+ANTHROPIC = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"city": "Paris"}}
+        ],
+    },
+    {
+        "role": "tool",
+        "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "rainy"}],
+    },
+]
+RESPONSES = [
+    {"role": "system", "content": "Be brief."},
+    {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Weather in Paris?"}],
+    },
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+    },
+    {"type": "function_call_output", "call_id": "c1", "output": "rainy"},
+]
+GEMINI = [
+    {"role": "system", "parts": [{"text": "Be brief."}]},
+    {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+    {
+        "role": "model",
+        "parts": [{"functionCall": {"id": "c1", "name": "get_weather", "args": {"city": "Paris"}}}],
+    },
+    {
+        "role": "tool",
+        "parts": [{"functionResponse": {"id": "c1", "name": "get_weather", "response": "rainy"}}],
+    },
+]
+LANGCHAIN = [
+    {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", "SystemMessage"],
+        "kwargs": {"content": "Be brief."},
+    },
+    {"type": "human", "content": "Weather in Paris?"},
+    {
+        "type": "ai",
+        "content": "",
+        "tool_calls": [{"name": "get_weather", "args": {"city": "Paris"}, "id": "c1"}],
+    },
+    {"type": "tool", "content": "rainy", "tool_call_id": "c1"},
+]
+
+
+@pytest.mark.parametrize(
+    "form",
+    [OTEL, OPENAI_CHAT, ANTHROPIC, RESPONSES, GEMINI, LANGCHAIN],
+    ids=["otel", "openai", "anthropic", "responses", "gemini", "langchain"],
+)
+def test_every_form_normalises_to_the_otel_parts_shape(form):
+    assert normalize_messages(form) == EXPECTED
+    assert normalize_messages(json.dumps(form)) == EXPECTED  # JSON text on spans
+    assert normalize_messages(EXPECTED) == EXPECTED  # idempotent
+
+
+def test_wrappers_and_completions():
+    assert normalize_messages({"messages": OPENAI_CHAT}) == EXPECTED
+    assert normalize_messages({"messages": [OPENAI_CHAT]}) == EXPECTED  # LangChain batch
+    choice = {
+        "index": 0,
+        "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "hi"},
+    }
+    assert normalize_messages({"choices": [choice]}) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}
+    ]
+    generations = {"generations": [[{"text": "hi", "message": {"type": "ai", "content": "hi"}}]]}
+    assert normalize_messages(generations, default_role="assistant") == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}
+    ]
+    assert normalize_messages("hello") == [
+        {"role": "user", "parts": [{"type": "text", "content": "hello"}]}
+    ]
+    assert normalize_messages({"contents": "hello"}) == normalize_messages("hello")
+    assert normalize_messages(None) is None
+    assert normalize_messages(42) is None
+
+
+def test_tool_call_ids_may_be_arrays():
+    assert call_id(["run_1", "call_2"]) == "call_2"
+    assert call_id([None, ""]) is None
+    messages = normalize_messages(
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "tool_call", "id": ["run_1", "call_2"], "name": "f"}],
+            },
+            {
+                "role": "tool",
+                "parts": [{"type": "tool_call_response", "id": ["run_1", "call_2"], "response": 1}],
+            },
+        ]
+    )
+    assert requested_tool_calls(messages) == [("call_2", "f")]
+    assert tool_responses(messages) == {"call_2": 1}
+
+
+def test_koog_tool_call_messages_labelled_tool_become_assistant_calls():
+    (message,) = normalize_messages(
+        [
+            {
+                "role": "tool",
+                "content": [
+                    {
+                        "function": {"name": "Hello", "arguments": {"n": 1}},
+                        "id": "c",
+                        "type": "function",
+                    }
+                ],
+            }
+        ]
+    )
+    assert message == {
+        "role": "assistant",
+        "parts": [{"type": "tool_call", "id": "c", "name": "Hello", "arguments": {"n": 1}}],
+    }
+
+
+def test_system_and_tools():
+    assert normalize_system("Be brief.") == [{"type": "text", "content": "Be brief."}]
+    assert normalize_system([{"type": "text", "content": "x"}]) == [
+        {"type": "text", "content": "x"}
+    ]
+    openai_tool = {
+        "type": "function",
+        "function": {"name": "f", "description": None, "parameters": {}},
+    }
+    assert normalize_tools([openai_tool]) == [{"type": "function", "name": "f", "parameters": {}}]
+    assert llm_inputs(OPENAI_CHAT, tools=[openai_tool], model="m") == {
+        "messages": EXPECTED,
+        "tools": [{"type": "function", "name": "f", "parameters": {}}],
+        "model": "m",
+    }
+    assert llm_inputs(None) is None
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_normaliser_never_raises_and_is_idempotent(value):
+    first = normalize_messages(value)
+    if first is not None:
+        assert isinstance(first, list)
+        assert normalize_messages(first) == first
+    normalize_system(value)
+    normalize_tools(value)

@@ -1,0 +1,152 @@
+"""Schema 2: the receiver's pending tables, the 1 → 2 migration, and DurableSpanSink."""
+
+import json
+import sqlite3
+
+import pytest
+
+from agent_replay import CheckpointStore, Trajectory
+from agent_replay.errors import StoreError
+from agent_replay.mapping.spans import LogEvent, NormalizedSpan
+from agent_replay.model import StepDraft, StepKind, chain_steps
+from agent_replay.store.sink import DurableSpanSink
+from agent_replay.store.sqlite import SCHEMA_VERSION
+
+TRACE = "5b8efff798038103d269b633813fc60c"
+CALL = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "t"}]}]
+
+
+def span(n, parent=None, trace=TRACE, **attributes):
+    return NormalizedSpan(
+        trace_id=trace,
+        span_id=f"{n:016x}",
+        name=f"s{n}",
+        parent_span_id=None if parent is None else f"{parent:016x}",
+        start_ns=n,
+        end_ns=n + 1,
+        attributes=attributes,
+    )
+
+
+def agent(n=1, trace=TRACE):
+    return span(
+        n, trace=trace, **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    )
+
+
+def tool(n, parent=1, trace=TRACE, result="r"):
+    return span(n, parent, trace, **{"gen_ai.tool.name": "t", "gen_ai.tool.call.result": result})
+
+
+def test_a_schema_1_store_is_migrated_in_place_and_stays_readable(db_path):
+    trajectory = Trajectory(
+        "old", chain_steps([StepDraft(kind=StepKind.LLM, name="x", inputs=1, action=2)])
+    )
+    with CheckpointStore(db_path) as store:
+        store.save(trajectory)
+    # make it exactly what schema 1 wrote: no pending tables, version 1
+    conn = sqlite3.connect(db_path)
+    conn.execute("DROP TABLE pending_spans")
+    conn.execute("DROP TABLE pending_logs")
+    conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with CheckpointStore(db_path) as store:
+        assert store.load("old") == trajectory
+        assert store.pending_counts()["spans_waiting"] == 0
+    conn = sqlite3.connect(db_path)
+    version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    conn.close()
+    assert int(version) == SCHEMA_VERSION == 2
+
+
+def test_a_newer_schema_is_refused(db_path):
+    CheckpointStore(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer agent-replay"):
+        CheckpointStore(db_path)
+
+
+def test_durable_sink_waits_for_the_root_then_assembles_and_dedups(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        assert sink.add([tool(2), tool(3)]) == (2, 0)
+        assert sink.add([tool(2)]) == (0, 0)  # a retried export is stored once
+        assert sink.assemble_ready() == 0  # no root yet, not idle
+        assert sink.add([agent()]) == (1, 0)
+        assert sink.assemble_ready() == 1
+        (traj,) = store.load_all()
+        assert [s.span_id for s in traj.steps] == [f"{2:016x}", f"{3:016x}"]
+        assert store.pending_counts() == {
+            "spans_waiting": 0,
+            "spans_assembled": 3,
+            "logs_waiting": 0,
+            "logs_assembled": 0,
+        }
+        # a late span of the assembled trace re-assembles the whole trace
+        sink.add([tool(4)])
+        assert sink.assemble_ready() == 1
+        assert len(store.load(TRACE).steps) == 3
+
+
+def test_late_logs_join_their_span_and_unjoinable_logs_are_counted(db_path):
+    chat = span(2, 1, **{"gen_ai.operation.name": "chat"})
+    details = LogEvent(
+        "gen_ai.client.inference.operation.details",
+        5,
+        {"gen_ai.output.messages": CALL},
+        trace_id=TRACE,
+        span_id=f"{2:016x}",
+    )
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        sink.add([agent(), chat])
+        sink.assemble_ready()
+        assert store.load(TRACE).steps[0].action is None
+        assert sink.add([], [details, details]) == (0, 1)
+        assert sink.add([], [LogEvent("x", 1)]) == (0, 0) and sink.unjoinable_logs == 1
+        assert sink.assemble_ready() == 1
+        assert store.load(TRACE).steps[0].action == CALL
+
+
+def test_idle_traces_and_force(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=0)
+        sink.add([tool(2)])  # root never arrives: assembled once idle
+        assert sink.assemble_ready() == 1
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        sink.add([tool(3, trace="6" * 32)])
+        assert sink.assemble_ready() == 0
+        assert sink.assemble_ready(force=True) == 1
+
+
+def test_conversations_spread_over_traces_merge(db_path):
+    def conv(n, trace):
+        return span(
+            n,
+            trace=trace,
+            **{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv"},
+        )
+
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        sink.add([conv(1, "a" * 32), tool(2, 1, "a" * 32)])
+        sink.assemble_ready()
+        sink.add([conv(3, "b" * 32), tool(4, 3, "b" * 32)])
+        sink.assemble_ready()
+        merged = store.load("conv")
+        assert len(merged.steps) == 2 and merged.metadata["trace_ids"] == ["a" * 32, "b" * 32]
+
+
+def test_purge_forgets_only_assembled_traces(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600, retain_seconds=0)
+        sink.add([agent(), tool(2), tool(3, trace="7" * 32)])
+        sink.assemble_ready()
+        assert sink.purge() == 2
+        counts = store.pending_counts()
+        assert counts["spans_assembled"] == 0 and counts["spans_waiting"] == 1
+        assert json.loads(store.pending_rows(["7" * 32])[0][0][2])["s"] == f"{3:016x}"
