@@ -71,7 +71,8 @@ class ReplayAgent:
         for step, entry in zip(self.trajectory.steps, self._policies, strict=True):
             inputs = rewrite(step.inputs, pairs) if pairs else step.inputs
             usage: dict[str, Any] = {}
-            produce = None if entry is None else _producer(ctx, step, entry, usage)
+            history = tuple(zip(self.trajectory.steps, outputs, strict=False))  # the run so far
+            produce = None if entry is None else _producer(ctx, step, entry, usage, history)
             call = StepCall(
                 kind=step.kind,
                 name=step.name,
@@ -90,13 +91,23 @@ class ReplayAgent:
 
 
 def _producer(
-    ctx: AgentContext, step: Step, entry: tuple[str, Callable[..., Any]], usage: dict[str, Any]
+    ctx: AgentContext,
+    step: Step,
+    entry: tuple[str, Callable[..., Any]],
+    usage: dict[str, Any],
+    history: tuple[tuple[Step, Any], ...] = (),
 ) -> Callable[[Any], Any]:
     name, policy = entry
 
     def produce(inputs: Any) -> Any:
         request = ResampleRequest(
-            step=step, inputs=inputs, rng=ctx.rng, model_hint=ctx.model_hint, ctx=ctx, usage=usage
+            step=step,
+            inputs=inputs,
+            rng=ctx.rng,
+            model_hint=ctx.model_hint,
+            ctx=ctx,
+            usage=usage,
+            history=history,
         )
         try:
             return policy(request)

@@ -48,7 +48,10 @@ class PolicyError(AgentReplayError):
 @dataclass
 class ResampleRequest:
     """What a policy gets: the recorded ``step``, its current ``inputs``, a keyed ``rng``,
-    the plan's ``model_hint`` and a ``usage`` dict to report token counts into."""
+    the plan's ``model_hint``, a ``usage`` dict to report token counts into, and ``history``:
+    the earlier steps of this rollout with the outputs the run actually got from them
+    (re-drawn ones included) - the conversation so far, for traces whose inputs do not carry
+    it."""
 
     step: Step
     inputs: Any
@@ -56,6 +59,7 @@ class ResampleRequest:
     model_hint: str | None = None
     ctx: Any = None
     usage: dict[str, Any] = field(default_factory=dict)
+    history: tuple[tuple[Step, Any], ...] = ()
 
 
 @runtime_checkable
@@ -158,7 +162,10 @@ class OpenAIChatPolicy:
                 f"step {step.index} ({step.label}): no model to re-draw with; "
                 "pass model= or set AGENT_REPLAY_MODEL"
             )
-        messages = to_openai_messages(request.inputs)
+        if _has_messages(request.inputs) or not request.history:
+            messages = to_openai_messages(request.inputs)
+        else:
+            messages = transcript_messages(request.history, step)
         instructions = self.instructions(step) if callable(self.instructions) else self.instructions
         if instructions:
             messages = [{"role": "system", "content": instructions}, *messages]
@@ -183,6 +190,38 @@ class OpenAIChatPolicy:
 
 
 # -- message conversion --------------------------------------------------------------------
+
+
+def _has_messages(inputs: Any) -> bool:
+    if isinstance(inputs, list):
+        return True
+    return isinstance(inputs, Mapping) and isinstance(inputs.get("messages"), list)
+
+
+def transcript_messages(history: Sequence[tuple[Step, Any]], step: Step) -> list[dict[str, Any]]:
+    """The conversation so far as chat messages from ``step.agent``'s point of view: its own
+    earlier turns as the assistant's, everyone else's as user turns prefixed with the
+    speaker's name; ends with a user turn asking for the agent's next message."""
+    messages: list[dict[str, Any]] = []
+    for earlier, output in history:
+        text = (
+            _text(output[0].get("parts"))
+            if (isinstance(output, list) and output and isinstance(output[0], Mapping))
+            else (output if isinstance(output, str) else json.dumps(output, default=repr))
+        )
+        if earlier.agent is not None and earlier.agent == step.agent:
+            messages.append({"role": "assistant", "content": text})
+        else:
+            speaker = earlier.agent or earlier.name
+            messages.append({"role": "user", "content": f"[{speaker}] {text}"})
+    messages.append(
+        {
+            "role": "user",
+            "content": f"Continue the conversation as {step.agent or step.name}: "
+            "write your next message.",
+        }
+    )
+    return messages
 
 
 def _input_model(inputs: Any) -> str | None:
