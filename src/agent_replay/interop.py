@@ -4,6 +4,9 @@
   span objects or whole OTLP/JSON requests, or :class:`NormalizedSpan`) → one trajectory.
 * :func:`from_jsonl`: a file in agent-replay's JSONL step-record layout → one trajectory.
 * :func:`from_steps`: step records, ``StepDraft`` or ``Step`` objects → one trajectory.
+* :func:`replayable_agent`: an agent that re-executes an imported trajectory through
+  per-step resample policies, so it can be replayed and attributed (see
+  :mod:`agent_replay.replay.agent`).
 
 For files of any other format, several trajectories at once, or partial imports, use
 :func:`agent_replay.ingest.load` / :func:`~agent_replay.ingest.load_many`. Everything here
@@ -26,8 +29,9 @@ from .ingest.steps import trajectory_from_steps
 from .mapping.assemble import assemble, capture_report
 from .mapping.spans import NormalizedSpan, attach_logs, from_readable_span
 from .model import Outcome, Trajectory
+from .replay.agent import replayable_agent
 
-__all__ = ["from_jsonl", "from_otel_spans", "from_steps"]
+__all__ = ["from_jsonl", "from_otel_spans", "from_steps", "replayable_agent"]
 
 
 def _normalized(spans: Iterable[Any]) -> tuple[list[NormalizedSpan], list]:
