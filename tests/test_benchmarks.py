@@ -33,8 +33,9 @@ def test_benchmark_runs(script, expected):
 
 
 def run_script(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     return result
@@ -52,7 +53,13 @@ def test_whowhen_harness_imports_all_runs_and_scores_the_floors():
 
 
 def test_attribution_suite_runs_for_agent_replay():
-    out = run_script(str(BENCHMARKS / "attribution_suite.py"), "--no-seed", "--families", "AC",
-                     "--instances", "2").stdout
+    out = run_script(
+        str(BENCHMARKS / "attribution_suite.py"),
+        "--no-seed",
+        "--families",
+        "AC",
+        "--instances",
+        "2",
+    ).stdout
     assert "mean accuracy: budget" in out
     assert out.count("%") >= 8

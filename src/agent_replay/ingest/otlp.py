@@ -37,7 +37,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ..errors import ImportFormatError
-from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent
+from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent, SpanLink
 
 __all__ = [
     "Decoded",
@@ -364,6 +364,13 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
     kind = get("kind")
     dropped = get("droppedAttributesCount")
     dropped_events = get("droppedEventsCount")
+    links = get("links")
+    if links:
+        if type(links) is not list:
+            raise _Reject("links must be a list")
+        links = tuple(_json_link(link) for link in links)
+    else:
+        links = ()
     return NormalizedSpan.fast(
         _hex_id(get("traceId"), 32, "traceId"),
         _hex_id(get("spanId"), 16, "spanId"),
@@ -382,6 +389,19 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
         scope_version,
         _uint(dropped, "droppedAttributesCount") if dropped else 0,
         _uint(dropped_events, "droppedEventsCount") if dropped_events else 0,
+        links,
+    )
+
+
+def _json_link(link: Any) -> SpanLink:
+    if type(link) is not dict:
+        raise _Reject(f"link must be an object, got {_short(link)}")
+    if "traceId" not in link and "trace_id" in link:
+        link = _camel(link)
+    return SpanLink(
+        _hex_id(link.get("traceId"), 32, "links.traceId"),
+        _hex_id(link.get("spanId"), 16, "links.spanId"),
+        _attributes(link.get("attributes")),
     )
 
 
@@ -686,6 +706,16 @@ def _pb_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> Nor
         scope_version,
         s.dropped_attributes_count,
         s.dropped_events_count,
+        tuple(
+            SpanLink(
+                _bytes_id(link.trace_id, 16, "links.trace_id"),
+                _bytes_id(link.span_id, 8, "links.span_id"),
+                _pb_attributes(link.attributes),
+            )
+            for link in s.links
+        )
+        if s.links
+        else (),
     )
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "LogEvent",
     "NormalizedSpan",
     "SpanEvent",
+    "SpanLink",
     "attach_logs",
     "from_readable_span",
     "log_from_dict",
@@ -29,6 +30,15 @@ __all__ = [
 class SpanEvent:
     name: str
     time_ns: int
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpanLink:
+    """A link from a span to another span (possibly in another trace)."""
+
+    trace_id: str
+    span_id: str
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -71,6 +81,7 @@ class NormalizedSpan:
     scope_version: str = ""
     dropped_attributes: int = 0
     dropped_events: int = 0
+    links: Sequence[SpanLink] = ()
 
     @classmethod
     def fast(
@@ -92,6 +103,7 @@ class NormalizedSpan:
         scope_version: str,
         dropped_attributes: int,
         dropped_events: int,
+        links: Sequence[SpanLink] = (),
     ) -> NormalizedSpan:
         """The same span as the constructor, for the decoders' hot loops: a frozen
         dataclass's ``__init__`` sets each field through ``object.__setattr__`` (measured
@@ -117,6 +129,7 @@ class NormalizedSpan:
             scope_version=scope_version,
             dropped_attributes=dropped_attributes,
             dropped_events=dropped_events,
+            links=links,
         )
         return span
 
@@ -166,6 +179,14 @@ def from_readable_span(span: Any) -> NormalizedSpan:
         scope_version=(scope.version or "") if scope is not None else "",
         dropped_attributes=getattr(span, "dropped_attributes", 0) or 0,
         dropped_events=getattr(span, "dropped_events", 0) or 0,
+        links=tuple(
+            SpanLink(
+                format(link.context.trace_id, "032x"),
+                format(link.context.span_id, "016x"),
+                {k: plain_value(v) for k, v in (link.attributes or {}).items()},
+            )
+            for link in span.links or ()
+        ),
     )
 
 
@@ -224,6 +245,8 @@ def span_to_dict(span: NormalizedSpan) -> dict[str, Any]:
         data["sc"] = [span.scope_name, span.scope_version]
     if span.dropped_attributes or span.dropped_events:
         data["d"] = [span.dropped_attributes, span.dropped_events]
+    if span.links:
+        data["ln"] = [[link.trace_id, link.span_id, dict(link.attributes)] for link in span.links]
     return data
 
 
@@ -251,6 +274,7 @@ def span_from_dict(data: Mapping[str, Any]) -> NormalizedSpan:
         scope_version=scope[1],
         dropped_attributes=dropped[0],
         dropped_events=dropped[1],
+        links=tuple(SpanLink(t, s, a) for t, s, a in data.get("ln") or ()),
     )
 
 
