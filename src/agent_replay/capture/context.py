@@ -58,6 +58,18 @@ INTERCEPTED_ATTRIBUTE = "agent_replay.intercepted"
 """Set on another instrumentation's span that wraps an intercepted call from outside (see
 :mod:`agent_replay.instrument`): the call is stored as a step, so the span processor skips it."""
 
+# ids of such spans, so the span processor's on_end can skip them with one dict lookup instead
+# of reading attributes of every span; bounded, oldest forgotten first
+CLAIMED_SPANS: dict[int, None] = {}
+_MAX_CLAIMED = 4096
+
+
+def claim_span(span_id: int) -> None:
+    """Record that the span ``span_id`` belongs to an intercepted step (see above)."""
+    if len(CLAIMED_SPANS) >= _MAX_CLAIMED:
+        CLAIMED_SPANS.pop(next(iter(CLAIMED_SPANS)), None)
+    CLAIMED_SPANS[span_id] = None
+
 
 class _ActiveStep:
     """The step whose produce/observe is running: its context, stream seed and model hint."""

@@ -34,7 +34,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ..mapping.spans import NormalizedSpan, SpanEvent, from_readable_span
 from ..store import CheckpointStore
 from ..store.sink import SpanSink
-from .context import INTERCEPTED_ATTRIBUTE, SCOPE_NAME, current_context, inside_step
+from .context import (
+    CLAIMED_SPANS,
+    INTERCEPTED_ATTRIBUTE,
+    SCOPE_NAME,
+    current_context,
+    inside_step,
+)
 
 __all__ = ["TrajectorySpanExporter", "TrajectorySpanProcessor", "attach"]
 
@@ -229,7 +235,8 @@ class TrajectorySpanProcessor(SpanProcessor):
                 return
             if self._skip and self._skip.pop(ctx.span_id, None) is not None:
                 return
-            if _intercepted(span):
+            if CLAIMED_SPANS and ctx.span_id in CLAIMED_SPANS:
+                CLAIMED_SPANS.pop(ctx.span_id, None)
                 return
             queue = self._queue
             if len(queue) >= self._max_queue:

@@ -30,6 +30,7 @@ from ..capture.context import (
     AgentContext,
     AsyncAgentContext,
     StepCall,
+    claim_span,
     current_context,
     inside_step,
 )
@@ -555,7 +556,8 @@ def _claim_outer_span(outer_modules: Callable[[], list[str]]) -> None:
     if not scope_name or scope_name == SCOPE_NAME:
         return
     if any(_same_package(scope_name, module) for module in modules):
-        span.set_attribute(INTERCEPTED_ATTRIBUTE, True)
+        span.set_attribute(INTERCEPTED_ATTRIBUTE, True)  # for exporters and other processes
+        claim_span(span.get_span_context().span_id)  # for this process's span processor
 
 
 def _same_package(scope_name: str, module: str) -> bool:
