@@ -29,7 +29,7 @@ import random
 import threading
 import time
 import uuid as _uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -280,16 +280,16 @@ class AgentContext:
     ) -> Any:
         """An LLM call named ``name``: ``produce`` returns the model's output."""
         return self._step(
-            StepCall(
+            self._call(
                 StepKind.LLM,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
         )
@@ -313,16 +313,16 @@ class AgentContext:
         held or served a mock observation).
         """
         return self._step(
-            StepCall(
+            self._call(
                 StepKind.TOOL,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
         )
@@ -343,18 +343,44 @@ class AgentContext:
         """A memory operation (``operation=`` one of the GenAI memory operations, default
         ``search_memory``)."""
         return self._step(
-            StepCall(
+            self._call(
                 StepKind.MEMORY,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
+        )
+
+    def _call(
+        self,
+        kind: StepKind,
+        name: str,
+        inputs: dict[str, Any],
+        produce: Callable[..., Any] | None,
+        observe: Callable[[Any], Any] | None,
+        side_effects: bool,
+        resamplable: bool | None,
+        default: Any,
+        agent: str | None,
+        operation: str | None,
+    ) -> StepCall:
+        return StepCall(
+            kind,
+            name,
+            inputs,
+            produce,
+            observe,
+            side_effects,
+            (not side_effects) if resamplable is None else resamplable,
+            default,
+            agent if agent is not None else self._acting_agent(),
+            operation,
         )
 
     def _begin(self, call: StepCall) -> Decision:
@@ -366,12 +392,33 @@ class AgentContext:
     def _step(self, call: StepCall) -> Any:
         """Run one step through the driver (also the entry point of intercepted calls)."""
         decision = self._begin(call)
+        if decision.removed or (decision.served and self._tracer is None):
+            return self._shortcut(call, decision)
+        steps = self._step_plan(call, decision)
+        try:
+            request = next(steps)
+            while True:
+                try:
+                    value = _run_request(request)
+                except BaseException as exc:
+                    request = steps.throw(exc)
+                else:
+                    request = steps.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+    def _shortcut(self, call: StepCall, decision: Decision) -> Any:
+        """A removed step (its declared default) or one served exactly as recorded: nothing
+        runs, nothing new to time or trace."""
         if decision.removed:
             return call.default
-        if decision.served and self._tracer is None:
-            # replayed exactly as recorded: nothing runs, nothing new to time or trace
-            self._driver.commit(self, call, decision, None)
-            return decision.observation if decision.observed else decision.action
+        self._driver.commit(self, call, decision, None)
+        return decision.observation if decision.observed else decision.action
+
+    def _step_plan(self, call: StepCall, decision: Decision) -> Generator[tuple, Any, Any]:
+        """One step, shared by sync and async agents: a generator that yields each policy call
+        the driver asks for (``produce``, then ``observe``) for the caller to run - directly,
+        or awaiting it - receives its result, and returns the step's value."""
         span = span_token = None
         if self._tracer is not None:
             span, span_token = self._start_span(call, decision)
@@ -389,9 +436,12 @@ class AgentContext:
                 raise decision.exception
             if decision.error is not None:
                 raise rebuild_exception(decision.error)
-            action = _invoke(call.produce, decision) if decision.run_produce else decision.action
+            if decision.run_produce:
+                action = yield (_PRODUCE, call.produce, decision)
+            else:
+                action = decision.action
             if decision.run_observe:
-                observation, observed = call.observe(action), True
+                observation, observed = (yield (_OBSERVE, call.observe, action)), True
             elif decision.observed:
                 observation, observed = decision.observation, True
         except BaseException as exc:
@@ -500,16 +550,16 @@ class AsyncAgentContext(AgentContext):
         **inputs: Any,
     ) -> Any:
         return await self._astep(
-            StepCall(
+            self._call(
                 StepKind.LLM,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
         )
@@ -528,16 +578,16 @@ class AsyncAgentContext(AgentContext):
         **inputs: Any,
     ) -> Any:
         return await self._astep(
-            StepCall(
+            self._call(
                 StepKind.TOOL,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
         )
@@ -556,63 +606,51 @@ class AsyncAgentContext(AgentContext):
         **inputs: Any,
     ) -> Any:
         return await self._astep(
-            StepCall(
+            self._call(
                 StepKind.MEMORY,
                 name,
                 inputs,
                 produce,
                 observe,
                 side_effects,
-                (not side_effects) if resamplable is None else resamplable,
+                resamplable,
                 default,
-                agent if agent is not None else self._acting_agent(),
+                agent,
                 operation,
             )
         )
 
     async def _astep(self, call: StepCall) -> Any:
         decision = self._begin(call)
-        if decision.removed:
-            return call.default
-        if decision.served and self._tracer is None:
-            self._driver.commit(self, call, decision, None)
-            return decision.observation if decision.observed else decision.action
-        span, span_token = self._start_span(call, decision)
-        active = _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
-        started = time.time_ns()
-        action = observation = None
-        observed = False
-        error = None
+        if decision.removed or (decision.served and self._tracer is None):
+            return self._shortcut(call, decision)
+        steps = self._step_plan(call, decision)
         try:
-            if decision.exception is not None:
-                raise decision.exception
-            if decision.error is not None:
-                raise rebuild_exception(decision.error)
-            if decision.run_produce:
-                action = _invoke(call.produce, decision)
-                if inspect.isawaitable(action):
-                    action = await action
-            else:
-                action = decision.action
-            if decision.run_observe:
-                observation = call.observe(action)
-                if inspect.isawaitable(observation):
-                    observation = await observation
-                observed = True
-            elif decision.observed:
-                observation, observed = decision.observation, True
-        except BaseException as exc:
-            error = describe_exception(exc)
-            raise
-        finally:
-            _ACTIVE_STEP.reset(active)
-            self._finish(
-                call, decision, span, span_token, started, action, observation, observed, error
-            )
-        return observation if observed else action
+            request = next(steps)
+            while True:
+                try:
+                    value = _run_request(request)
+                    if inspect.isawaitable(value):
+                        value = await value
+                except BaseException as exc:
+                    request = steps.throw(exc)
+                else:
+                    request = steps.send(value)
+        except StopIteration as stop:
+            return stop.value
 
 
 # -- helpers shared with the replayer and the span processor -----------------------------------
+
+
+_PRODUCE, _OBSERVE = 0, 1
+
+
+def _run_request(request: tuple) -> Any:
+    kind, fn, argument = request
+    if kind == _PRODUCE:
+        return _invoke(fn, argument)
+    return fn(argument)
 
 
 def _invoke(produce: Callable[..., Any] | None, decision: Decision) -> Any:
