@@ -102,26 +102,30 @@ class PrefixProfile:
         )
 
     def paired(self, a: int, b: int) -> tuple[int, int, int]:
-        """``(b_only, a_only, pairs)``: pairs with the event only at ``b`` / only at ``a``."""
-        seeds = (
-            set(self.outcomes.get(a, ())) | set(self.outcomes.get(b, ())) | self.same.get(a, set())
-        )
+        """``(b_only, a_only, pairs)``: pairs with the event only at ``b`` / only at ``a``.
+
+        Only seeds ``0 .. k-1`` count, ``k`` the first seed whose pair is not known: which
+        seeds have both outcomes can depend on their draws (a budget stop after the cheap
+        "reproduced" probes, before the continuations), so counting whatever happens to be
+        known would favour concordant pairs.
+        """
         b_only = a_only = pairs = 0
-        for seed in seeds:
-            if seed in self.same.get(a, ()) and all(
-                seed in self.same.get(j, ()) for j in range(a + 1, b)
-            ):
+        same_a = self.same.get(a, ())
+        seed = 0
+        while True:
+            if seed in same_a and all(seed in self.same.get(j, ()) for j in range(a + 1, b)):
                 pairs += 1  # every step between reproduced: the two rollouts are one
+                seed += 1
                 continue
             at_a, at_b = self.value(a, seed), self.value(b, seed)
             if at_a is None or at_b is None:
-                continue
+                return b_only, a_only, pairs
             pairs += 1
             if at_b and not at_a:
                 b_only += 1
             elif at_a and not at_b:
                 a_only += 1
-        return b_only, a_only, pairs
+            seed += 1
 
 
 @dataclass(frozen=True)
