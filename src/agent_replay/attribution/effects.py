@@ -480,16 +480,23 @@ def search_effects(
             if not raise_pair(candidate.start, level + 1):
                 stop_reason = "budget"
             raised = True
-        involved: set[int] = set()
+        targets: dict[int, int] = {}
         if stop_reason != "budget" and significant(candidate, len(segments), alpha):
+            endpoints = {candidate.start, candidate.end}
             for segment in blockers:
-                involved.update((segment.start, segment.end))
-            involved -= {candidate.start, candidate.end}
-        for position in sorted(involved, reverse=True):
-            level = level_of.get(position, 0)
-            if level + 1 >= len(levels):
+                for position, other in ((segment.start, segment.end), (segment.end, segment.start)):
+                    if position in endpoints:
+                        # the pair comparison gave this endpoint only "reproduced or not";
+                        # the blocker needs its outcomes on as many seeds as the other end
+                        target = min(level_of.get(position, 0), level_of.get(other, 0) + 1)
+                    else:
+                        target = level_of.get(position, 0) + 1
+                    targets[position] = max(target, targets.get(position, 0))
+        for position in sorted(targets, reverse=True):
+            target = min(targets[position], len(levels) - 1)
+            if all(profile.value(position, s) is not None for s in range(levels[target])):
                 continue
-            if not raise_to(position, level + 1):
+            if not raise_to(position, target):
                 stop_reason = "budget"
                 break
             raised = True
