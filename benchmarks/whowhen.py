@@ -79,8 +79,17 @@ def score(predictions: list[tuple[Any, Any]], runs: list[Trajectory]) -> dict[st
         totals["step +-1"] += step is not None and abs(int(step) - label_step) <= 1
         totals["step +-3"] += step is not None and abs(int(step) - label_step) <= 3
     n = max(1, len(runs))
-    return {key: totals[key] / n for key in (
-        "agent official", "agent exact", "step official", "step exact", "step +-1", "step +-3")}
+    return {
+        key: totals[key] / n
+        for key in (
+            "agent official",
+            "agent exact",
+            "step official",
+            "step exact",
+            "step +-1",
+            "step +-3",
+        )
+    }
 
 
 def floors(runs: list[Trajectory]) -> dict[str, list[tuple[Any, Any]]]:
@@ -91,16 +100,16 @@ def floors(runs: list[Trajectory]) -> dict[str, list[tuple[Any, Any]]]:
         return None, None
 
     def frequent_speaker(run: Trajectory) -> tuple[Any, Any]:
-        speakers = Counter(s.agent for s in run.steps
-                           if s.kind is StepKind.LLM and s.agent is not None)
+        speakers = Counter(
+            s.agent for s in run.steps if s.kind is StepKind.LLM and s.agent is not None
+        )
         if not speakers:
             return None, None
         agent = speakers.most_common(1)[0][0]
         return agent, next(s.index for s in run.steps if s.agent == agent)
 
     return {
-        "always step 1": [(run.steps[1].agent if len(run.steps) > 1 else None, 1)
-                          for run in runs],
+        "always step 1": [(run.steps[1].agent if len(run.steps) > 1 else None, 1) for run in runs],
         "first WebSurfer step": [first_websurfer(run) for run in runs],
         "most frequent speaker": [frequent_speaker(run) for run in runs],
     }
@@ -132,8 +141,12 @@ def answer_verifier(ground_truth: str):
 def scripted_surrogate(ground_truth: str) -> ScriptedPolicy:
     def speak(request: ResampleRequest) -> Any:
         if request.rng.random() < 0.3:
-            return [{"role": "assistant", "parts": [
-                {"type": "text", "content": f"The answer is {ground_truth}."}]}]
+            return [
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": f"The answer is {ground_truth}."}],
+                }
+            ]
         return request.step.output
 
     return ScriptedPolicy(speak)
@@ -145,14 +158,22 @@ def model_surrogate(base_url: str, model: str, api_key: str | None) -> OpenAICha
         text = " ".join(p.get("content", "") for p in system or [] if isinstance(p, dict))
         return (text or f"You are {step.agent}.") + (
             f"\nYou are {step.agent} in a multi-agent conversation. Reply with your next "
-            "message only.")
+            "message only."
+        )
 
-    return OpenAIChatPolicy(base_url=base_url, model=model, api_key=api_key,
-                            instructions=instructions, temperature=1.0, max_tokens=512)
+    return OpenAIChatPolicy(
+        base_url=base_url,
+        model=model,
+        api_key=api_key,
+        instructions=instructions,
+        temperature=1.0,
+        max_tokens=512,
+    )
 
 
-def counterfactual(runs: list[Trajectory], policy_for, budget: float,
-                   label: str) -> tuple[list[tuple[Any, Any]], dict[str, float]]:
+def counterfactual(
+    runs: list[Trajectory], policy_for, budget: float, label: str
+) -> tuple[list[tuple[Any, Any]], dict[str, float]]:
     predictions, costs, decided = [], [], 0
     started = time.perf_counter()
     for i, run in enumerate(runs, 1):
@@ -170,15 +191,16 @@ def counterfactual(runs: list[Trajectory], policy_for, budget: float,
         costs.append(result.cost["live_steps"])
         print(f"\r  {label}: {i}/{len(runs)}", end="", file=sys.stderr)
     print(file=sys.stderr)
-    stats = {"decided": decided / max(1, len(runs)),
-             "live steps per run": statistics.mean(costs) if costs else 0.0,
-             "seconds": time.perf_counter() - started}
+    stats = {
+        "decided": decided / max(1, len(runs)),
+        "live steps per run": statistics.mean(costs) if costs else 0.0,
+        "seconds": time.perf_counter() - started,
+    }
     return predictions, stats
 
 
 def table(rows: dict[str, dict[str, float]]) -> None:
-    keys = ["agent official", "agent exact", "step official", "step exact", "step +-1",
-            "step +-3"]
+    keys = ["agent official", "agent exact", "step official", "step exact", "step +-1", "step +-3"]
     print(f"{'':<40}" + "".join(f"{k:>15}" for k in keys))
     for name, values in rows.items():
         print(f"{name:<40}" + "".join(f"{values[k]:>15.1%}" for k in keys))
@@ -211,17 +233,19 @@ def main() -> None:
         if not args.model:
             parser.error("--model is required with --base-url")
         policy = model_surrogate(args.base_url, args.model, args.api_key)
-        predictions, stats = counterfactual(sample, lambda truth: policy, args.budget,
-                                            "model surrogate")
+        predictions, stats = counterfactual(
+            sample, lambda truth: policy, args.budget, "model surrogate"
+        )
         title = f"counterfactual attribution, {args.model} as surrogate"
     else:
-        predictions, stats = counterfactual(sample, scripted_surrogate, args.budget,
-                                            "smoke test")
+        predictions, stats = counterfactual(sample, scripted_surrogate, args.budget, "smoke test")
         title = "smoke test (scripted surrogate, not a model)"
     print(f"\n{title}: {len(sample)} runs, budget {args.budget:.0f} live steps each")
     table({title[:40]: score(predictions, sample)})
-    print(f"decided {stats['decided']:.0%}, {stats['live steps per run']:.0f} live steps per run, "
-          f"{stats['seconds']:.1f}s")
+    print(
+        f"decided {stats['decided']:.0%}, {stats['live steps per run']:.0f} live steps per run, "
+        f"{stats['seconds']:.1f}s"
+    )
 
 
 if __name__ == "__main__":
