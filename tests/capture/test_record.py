@@ -130,3 +130,31 @@ def test_session_stores_and_refuses_duplicates(db_path):
         assert session.load("dup") == traj
         with pytest.raises(Exception, match="already exists"):
             session.record(agent, {"question": "other"}, session_id="dup", seed=2)
+
+
+def test_steps_from_concurrent_threads_get_distinct_positions():
+    """Positions come from an atomic counter: 8 threads x 50 steps, none lost or shared."""
+    import threading
+
+    def agent(ctx):
+        barrier = threading.Barrier(8)
+
+        def worker(w):
+            barrier.wait()
+            for i in range(50):
+                ctx.tool("work", produce=lambda w=w, i=i: (w, i), w=w, i=i)
+
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return ctx.position
+
+    traj = record(agent, seed=3)
+    assert traj.outcome.result == 400
+    assert [s.index for s in traj.steps] == list(range(400))
+    assert sorted(tuple(s.action) for s in traj.steps) == [
+        (w, i) for w in range(8) for i in range(50)
+    ]
+    traj.verify()

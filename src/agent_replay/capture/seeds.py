@@ -36,6 +36,7 @@ def _key_code(key: object) -> int:
     return struct.unpack("<Q", hashlib.blake2b(text, digest_size=8).digest())[0]
 
 
+@lru_cache(maxsize=8192, typed=True)  # typed: True and 1 are different keys
 def derive_seed(*keys: object) -> int:
     """A 64-bit seed determined only by ``keys`` (ints and short strings), stably."""
     h = 0x5851F42D4C957F2D

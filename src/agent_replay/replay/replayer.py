@@ -88,7 +88,7 @@ class Divergence:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a rollout more than its steps do
 class ReplayResult:
     """One replay (a rollout): its outcome and what it cost.
 
@@ -201,6 +201,7 @@ class Replayer:
         self.rejoin_at: int | None = None
         self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
         self.same_at: int | None = None
+        self._served = _served_decisions(trajectory)
         self._step_base = derive_seed(seed, "step")
         self._body_base = derive_seed(seed, "body")
         self._recorded_body_base = derive_seed(self.base_seed, "body")
@@ -224,7 +225,7 @@ class Replayer:
     def _bound(self, call: StepCall, position: int, recorded: Step) -> Decision:
         plan = self.plan
         mode = plan.decision(position)
-        same_inputs = _same_inputs(call.inputs, recorded)
+        same_inputs = call.inputs == recorded.inputs or _same_inputs(call.inputs, recorded)
         if not same_inputs and not self.changed:
             # nothing upstream changed, yet the agent asks something else: it is not
             # deterministic given its recorded steps, so the recording no longer applies
@@ -307,6 +308,10 @@ class Replayer:
         return decision
 
     def _serve(self, call: StepCall, recorded: Step, position: int, *, exact: bool) -> Decision:
+        if exact:
+            known = self._served[position]
+            if known is not None:
+                return known
         if recorded.error is not None:
             return Decision(
                 position=position,
@@ -317,7 +322,8 @@ class Replayer:
                 state=("served", recorded, exact),
             )
         action, observation = recorded.action, recorded.observation
-        if not isinstance(action, _IMMUTABLE) or not isinstance(observation, _IMMUTABLE):
+        shareable = isinstance(action, _IMMUTABLE) and isinstance(observation, _IMMUTABLE)
+        if not shareable:
             # the agent may mutate what it receives; the recording is shared by every rollout
             payload = (
                 canonical.decode(recorded.output_bytes)
@@ -325,9 +331,9 @@ class Replayer:
                 else canonical.decode(canonical.encode(recorded.output_payload()))
             )
             action, observation = payload.get("action"), payload.get("observation")
-        return Decision(
+        decision = Decision(
             position=position,
-            inputs=call.inputs,
+            inputs=recorded.inputs if exact else call.inputs,
             seed=0,
             run_produce=False,
             action=action,
@@ -336,6 +342,9 @@ class Replayer:
             served=exact,
             state=("served", recorded, exact),
         )
+        if exact and shareable:  # the same for every rollout of this recording: keep it
+            self._served[position] = decision
+        return decision
 
     def _live(self, call: StepCall, position: int) -> Decision:
         decision = Decision(
@@ -536,9 +545,8 @@ def _draft(material: tuple) -> StepDraft:
 
 
 def _same_inputs(live: Any, recorded: Step) -> bool:
+    """Whether the live inputs hash like the recorded ones (when ``==`` says no)."""
     try:
-        if live == recorded.inputs:
-            return True
         return canonical.hash_value(live) == recorded.input_hash
     except CanonicalEncodingError:
         return False
@@ -575,6 +583,20 @@ def _closest(call: StepCall, position: int, recorded: tuple[Step, ...]) -> list[
 # -- running ------------------------------------------------------------------------------
 
 _VERIFIED: dict[int, weakref.ref] = {}
+_FACTUAL = ReplayPlan.factual()
+_SERVED: dict[int, tuple[weakref.ref, list[Decision | None]]] = {}
+
+
+def _served_decisions(trajectory: Trajectory) -> list[Decision | None]:
+    """Per recording, the decisions that serve a step exactly as recorded: they are the same
+    in every rollout (and never changed once made), so each is built once."""
+    key = id(trajectory)
+    entry = _SERVED.get(key)
+    if entry is not None and entry[0]() is trajectory:
+        return entry[1]
+    decisions: list[Decision | None] = [None] * len(trajectory.steps)
+    _SERVED[key] = (weakref.ref(trajectory, lambda _r, key=key: _SERVED.pop(key, None)), decisions)
+    return decisions
 
 
 def ensure_verified(trajectory: Trajectory) -> None:
@@ -600,7 +622,7 @@ def _setup(
     context_cls: type[AgentContext],
     stop_if_same_at: int | None = None,
 ) -> tuple[Replayer, AgentContext]:
-    plan = plan or ReplayPlan.factual()
+    plan = plan or _FACTUAL
     if strict is not None and strict != plan.strict:
         plan = replace(plan, strict=strict)
     if verify:
