@@ -192,7 +192,9 @@ def check_grpc_exporter(settings, collector):
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_exporters_use_only_what_the_receiver_accepts(path, receiver, tmp_path):
     config = yaml.safe_load(path.read_text())
-    for name, settings in agent_replay_exporters(config).items():
+    exporters = agent_replay_exporters(config)
+    assert exporters, f"{path.name} has no agent_replay exporter"
+    for name, settings in exporters.items():
         kind = name.split("/")[0]
         if kind == "otlphttp":
             check_http_exporter(settings, receiver)
@@ -221,3 +223,5 @@ def test_exporters_use_only_what_the_receiver_accepts(path, receiver, tmp_path):
             written.write_bytes(data)
             (trajectory,) = load(written)
             assert trajectory.steps[0].label == "tool:t"
+        else:
+            pytest.fail(f"{path.name}: exporter kind {kind!r} is not checked by this test")

@@ -430,9 +430,6 @@ class Trajectory:
                 )
             prev = step.step_hash
 
-    def with_outcome(self, outcome: Outcome | None) -> Trajectory:
-        return replace(self, outcome=outcome)
-
     def with_steps(self, drafts: Sequence[StepDraft]) -> Trajectory:
         """A copy whose chain is ``drafts`` sealed from genesis."""
         return replace(self, steps=chain_steps(drafts))

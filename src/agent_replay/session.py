@@ -11,7 +11,7 @@ from opentelemetry import trace
 from .capture.recorder import arecord, record
 from .capture.run import Verifier
 from .model import Trajectory
-from .store import CheckpointStore, SessionSummary
+from .store import CheckpointStore, SessionSummary, open_store
 
 __all__ = ["Session"]
 
@@ -25,8 +25,7 @@ class Session:
         *,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
-        self.store = db_path if isinstance(db_path, CheckpointStore) else CheckpointStore(db_path)
-        self._owns_store = not isinstance(db_path, CheckpointStore)
+        self.store, self._owns_store = open_store(db_path)
         self.tracer_provider = tracer_provider
 
     def record(
@@ -67,6 +66,7 @@ class Session:
         seed: int = 0,
         verifier: Verifier | None = None,
         metadata: Mapping[str, Any] | None = None,
+        pass_context: bool = True,
     ) -> Trajectory:
         """:meth:`record` for ``async def`` agents inside an event loop."""
         trajectory = await arecord(
@@ -77,6 +77,7 @@ class Session:
             verifier=verifier,
             tracer_provider=self.tracer_provider,
             metadata=metadata,
+            pass_context=pass_context,
         )
         self.store.save(trajectory, replace=False)
         return trajectory

@@ -120,10 +120,16 @@ def test_a_closed_store_is_counted(db_path, provider):
 
 
 def test_the_hooks_swallow_their_own_failures(db_path, provider):
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     processor = attach(db_path, tracer_provider=provider)
+    exporter = InMemorySpanExporter()  # the application's own pipeline, after ours
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
     processor._queue = None  # type: ignore[assignment]  # break the processor's own state
     processor._skip = None  # type: ignore[assignment]
-    emit_run(provider.get_tracer("app"))  # must not raise
+    emit_run(provider.get_tracer("app"))  # must not raise (the SDK does not catch for us)
+    assert len(exporter.get_finished_spans()) == 3  # and the spans still reach the exporter
 
 
 def test_an_unstorable_attribute_costs_no_other_trace(db_path, provider):

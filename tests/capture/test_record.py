@@ -6,7 +6,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_replay import Session, record
-from agent_replay.errors import CanonicalEncodingError, VerifierError
+from agent_replay.errors import CanonicalEncodingError, StoreError, VerifierError
 
 
 def agent(ctx, question):
@@ -128,7 +128,7 @@ def test_session_stores_and_refuses_duplicates(db_path):
     with Session(db_path) as session:
         traj = session.record(agent, {"question": "q"}, session_id="dup", seed=1)
         assert session.load("dup") == traj
-        with pytest.raises(Exception, match="already exists"):
+        with pytest.raises(StoreError, match="already exists"):
             session.record(agent, {"question": "other"}, session_id="dup", seed=2)
 
 
@@ -158,3 +158,15 @@ def test_steps_from_concurrent_threads_get_distinct_positions():
         (w, i) for w in range(8) for i in range(50)
     ]
     traj.verify()
+
+
+def test_unencodable_result_is_kept_as_its_repr():
+    class Opaque:
+        def __repr__(self):
+            return "<Opaque>"
+
+    traj = record(lambda ctx: Opaque(), seed=1, verifier=lambda result: 1.0)
+    assert traj.outcome.result == "<Opaque>" and traj.outcome.score == 1.0
+    assert traj.metadata["result_repr"] is True
+    traj.verify()
+    assert traj.digest  # storable now

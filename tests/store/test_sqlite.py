@@ -104,3 +104,16 @@ def test_replace_false_refuses_other_content(db_path):
         store.save(make(payload="a"), replace=False)  # identical: fine
         with pytest.raises(StoreError, match="already exists"):
             store.save(make(payload="b"), replace=False)
+
+
+def test_delete_forgets_only_that_session(db_path):
+    parent = make("parent", 3)
+    other = make("other", 3)
+    with CheckpointStore(db_path) as store:
+        store.save(parent)
+        store.save(other)
+        store.delete("parent")
+        assert "parent" not in store and store.session_ids() == ["other"]
+        with pytest.raises(SessionNotFoundError):
+            store.load("parent")
+        assert store.load("other") == other

@@ -279,7 +279,7 @@ class AgentContext:
         **inputs: Any,
     ) -> Any:
         """An LLM call named ``name``: ``produce`` returns the model's output."""
-        return self._step(
+        return self._run(
             self._call(
                 StepKind.LLM,
                 name,
@@ -312,7 +312,7 @@ class AgentContext:
         ``side_effects=True`` marks a tool that must never run again during replays (it is
         held or served a mock observation).
         """
-        return self._step(
+        return self._run(
             self._call(
                 StepKind.TOOL,
                 name,
@@ -342,7 +342,7 @@ class AgentContext:
     ) -> Any:
         """A memory operation (``operation=`` one of the GenAI memory operations, default
         ``search_memory``)."""
-        return self._step(
+        return self._run(
             self._call(
                 StepKind.MEMORY,
                 name,
@@ -406,6 +406,8 @@ class AgentContext:
                     request = steps.send(value)
         except StopIteration as stop:
             return stop.value
+
+    _run = _step  # how ctx.llm / tool / memory run a step (the async context awaits)
 
     def _shortcut(self, call: StepCall, decision: Decision) -> Any:
         """A removed step (its declared default) or one served exactly as recorded: nothing
@@ -536,90 +538,6 @@ class AsyncAgentContext(AgentContext):
     (``asyncio.gather``) are numbered in the order they are called.
     """
 
-    async def llm(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,  # type: ignore[override]
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
-        return await self._astep(
-            self._call(
-                StepKind.LLM,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
-    async def tool(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,  # type: ignore[override]
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
-        return await self._astep(
-            self._call(
-                StepKind.TOOL,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
-    async def memory(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,  # type: ignore[override]
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
-        return await self._astep(
-            self._call(
-                StepKind.MEMORY,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
     async def _astep(self, call: StepCall) -> Any:
         decision = self._begin(call)
         if decision.removed or (decision.served and self._tracer is None):
@@ -638,6 +556,8 @@ class AsyncAgentContext(AgentContext):
                     request = steps.send(value)
         except StopIteration as stop:
             return stop.value
+
+    _run = _astep  # ``await ctx.llm(...)``: the inherited step methods return this coroutine
 
 
 # -- helpers shared with the replayer and the span processor -----------------------------------

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..mapping.spans import NormalizedSpan, SpanEvent, from_readable_span
-from ..store import CheckpointStore
+from ..store import CheckpointStore, open_store
 from ..store.sink import SpanSink
 from .context import (
     CLAIMED_SPANS,
@@ -53,15 +53,6 @@ _MAX_SKIPPED = 65_536
 # a worker that fails on every flush (a deleted store) logs the first error and then a summary
 # at most this often, instead of a traceback twice a second
 _ERROR_LOG_INTERVAL = 60.0
-
-
-def _open_store(
-    store: CheckpointStore | str | os.PathLike[str],
-) -> tuple[CheckpointStore, bool]:
-    """The store and whether we opened it (and so close it on shutdown)."""
-    if isinstance(store, CheckpointStore):
-        return store, False
-    return CheckpointStore(store), True
 
 
 class _ErrorLog:
@@ -167,7 +158,7 @@ class TrajectorySpanProcessor(SpanProcessor):
         max_export_batch_size: int = 512,
         trace_idle_seconds: float = 30.0,
     ) -> None:
-        self.store, self._owns_store = _open_store(store)
+        self.store, self._owns_store = open_store(store)
         self._trace_idle_seconds = trace_idle_seconds
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
@@ -367,7 +358,7 @@ class TrajectorySpanExporter(SpanExporter):
         path = (
             store if store is not None else os.environ.get("AGENT_REPLAY_DB", "agent-replay.sqlite")
         )
-        self.store, self._owns_store = _open_store(path)
+        self.store, self._owns_store = open_store(path)
         self._sink = SpanSink(self.store, source="otel", idle_seconds=trace_idle_seconds)
         self._errors = _ErrorLog("store exported spans")
         self._lock = threading.Lock()

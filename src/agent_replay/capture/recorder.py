@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -17,12 +18,10 @@ from .context import (
     Decision,
     StepCall,
     StepResult,
-    activate,
-    deactivate,
     make_tracer,
     operation_name,
 )
-from .run import Verifier, call_agent, is_async_agent, judge, run_coroutine
+from .run import Verifier, arun_agent, is_async_agent, judge, run_agent, run_coroutine
 from .seeds import derive_seed, stream_seed
 
 __all__ = ["Recorder", "arecord", "record", "step_draft"]
@@ -169,15 +168,7 @@ def _finish(
             score=outcome.score, failed=outcome.failed, result=repr(result), error=outcome.error
         )
         meta["result_repr"] = True
-        trajectory = Trajectory(
-            session_id=ctx.session_id,
-            steps=tuple(recorder.steps),
-            task=task,
-            seed=seed,
-            outcome=outcome,
-            metadata=meta,
-            effects=tuple(recorder.effects),
-        )
+        trajectory = replace(trajectory, outcome=outcome, metadata=meta)
         trajectory.digest  # noqa: B018 - the task itself is not encodable: raise here
     return trajectory
 
@@ -219,16 +210,9 @@ def record(
     recorder, ctx = _prepare(
         agent_fn, task, session_id, seed, tracer_provider, capture_content, AgentContext
     )
-    token = activate(ctx)
-    result, error = None, None
-    try:
-        result = call_agent(agent_fn, ctx, task, pass_context=pass_context)
-    except CanonicalEncodingError:
-        raise
-    except Exception as exc:  # the agent's failure is the run's outcome
-        error = exc
-    finally:
-        deactivate(token)
+    result, error = run_agent(
+        agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
+    )
     return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)
 
 
@@ -248,16 +232,7 @@ async def arecord(
     recorder, ctx = _prepare(
         agent_fn, task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
     )
-    token = activate(ctx)
-    result, error = None, None
-    try:
-        result = call_agent(agent_fn, ctx, task, pass_context=pass_context)
-        if hasattr(result, "__await__"):
-            result = await result
-    except CanonicalEncodingError:
-        raise
-    except Exception as exc:
-        error = exc
-    finally:
-        deactivate(token)
+    result, error = await arun_agent(
+        agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
+    )
     return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)

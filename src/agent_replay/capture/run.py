@@ -11,8 +11,9 @@ from typing import Any
 
 from ..errors import VerifierError
 from ..model import Outcome
+from .context import activate, deactivate
 
-__all__ = ["call_agent", "is_async_agent", "judge", "run_coroutine"]
+__all__ = ["arun_agent", "call_agent", "is_async_agent", "judge", "run_agent", "run_coroutine"]
 
 Verifier = Callable[[Any], Any]
 
@@ -44,6 +45,57 @@ def call_agent(
     if isinstance(task, Mapping) and _expands(agent_fn, args, task):
         return agent_fn(*args, **task)
     return agent_fn(*args, task)
+
+
+def run_agent(
+    agent_fn: Callable[..., Any],
+    ctx: Any,
+    task: Any,
+    *,
+    pass_context: bool = True,
+    reraise: tuple[type[BaseException], ...] = (),
+    stop: tuple[type[BaseException], ...] = (),
+) -> tuple[Any, BaseException | None]:
+    """Run the agent once with ``ctx`` as the ambient context: ``(result, None)``, or
+    ``(None, exc)`` when it raised ``exc`` (the run's outcome). ``reraise`` exceptions
+    propagate; ``stop`` ones end the run quietly, with neither result nor error."""
+    token = activate(ctx)
+    try:
+        return call_agent(agent_fn, ctx, task, pass_context=pass_context), None
+    except reraise:
+        raise
+    except stop:
+        return None, None
+    except Exception as exc:
+        return None, exc
+    finally:
+        deactivate(token)
+
+
+async def arun_agent(
+    agent_fn: Callable[..., Any],
+    ctx: Any,
+    task: Any,
+    *,
+    pass_context: bool = True,
+    reraise: tuple[type[BaseException], ...] = (),
+    stop: tuple[type[BaseException], ...] = (),
+) -> tuple[Any, BaseException | None]:
+    """:func:`run_agent` for ``async def`` agents (the result is awaited)."""
+    token = activate(ctx)
+    try:
+        result = call_agent(agent_fn, ctx, task, pass_context=pass_context)
+        if hasattr(result, "__await__"):
+            result = await result
+        return result, None
+    except reraise:
+        raise
+    except stop:
+        return None, None
+    except Exception as exc:
+        return None, exc
+    finally:
+        deactivate(token)
 
 
 def _expands(agent_fn: Callable[..., Any], args: tuple, task: Mapping[str, Any]) -> bool:

@@ -43,17 +43,16 @@ from ..capture.context import (
     Decision,
     StepCall,
     StepResult,
-    activate,
-    deactivate,
     make_tracer,
 )
 from ..capture.recorder import step_draft
 from ..capture.run import (
     Verifier,
-    call_agent,
+    arun_agent,
     describe_failure,
     is_async_agent,
     judge,
+    run_agent,
     run_coroutine,
 )
 from ..capture.seeds import derive_seed, stream_seed
@@ -748,16 +747,9 @@ def replay(
         AgentContext,
         stop_if_same_at,
     )
-    token = activate(ctx)
-    result, error = None, None
-    try:
-        result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
-    except _Rejoined:
-        pass
-    except Exception as exc:  # the agent's failure is the rollout's outcome
-        error = exc
-    finally:
-        deactivate(token)
+    result, error = run_agent(
+        agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=(_Rejoined,)
+    )
     return _result(driver, verifier, result, error)
 
 
@@ -788,16 +780,7 @@ async def areplay(
         AsyncAgentContext,
         stop_if_same_at,
     )
-    token = activate(ctx)
-    result, error = None, None
-    try:
-        result = call_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context)
-        if hasattr(result, "__await__"):
-            result = await result
-    except _Rejoined:
-        pass
-    except Exception as exc:
-        error = exc
-    finally:
-        deactivate(token)
+    result, error = await arun_agent(
+        agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=(_Rejoined,)
+    )
     return _result(driver, verifier, result, error)

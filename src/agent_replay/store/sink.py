@@ -103,14 +103,13 @@ class SpanSink:
             self._done[trace_id] = trace
             while len(self._done) > self.remember_traces:
                 self._done.popitem(last=False)
-        trajectories = [self._merged(t) for t in assemble(spans, source=self.source)]
+        trajectories = [
+            merged_with_stored(self.store, t) for t in assemble(spans, source=self.source)
+        ]
         if trajectories:
             self.store.save_many(trajectories)
         self.sessions_written += len(trajectories)
         return len(trajectories)
-
-    def _merged(self, trajectory: Trajectory) -> Trajectory:
-        return merged_with_stored(self.store, trajectory)
 
 
 def merged_with_stored(store: CheckpointStore, trajectory: Trajectory) -> Trajectory:

@@ -48,7 +48,7 @@ from .. import canonical
 from ..errors import ChainIntegrityError, SessionNotFoundError, StoreError
 from ..model import GENESIS_HASH, Lineage, Outcome, Step, StepKind, Trajectory
 
-__all__ = ["CheckpointStore", "SessionSummary", "VerifyResult"]
+__all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x41525031  # "ARP1": marks the file as an agent-replay store
@@ -546,7 +546,8 @@ class CheckpointStore:
         return out
 
     def delete(self, session_id: str) -> None:
-        """Forget a session (its blobs and steps stay while other sessions share them)."""
+        """Forget a session. Its steps and blobs stay in the file: they are content-addressed
+        and may be shared by other sessions (no garbage collection)."""
         with self._sqlite_errors("delete a session"):
             self._conn().execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
 
@@ -767,6 +768,14 @@ class CheckpointStore:
                 table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
                 for table in ("sessions", "steps", "blobs")
             }
+
+
+def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[CheckpointStore, bool]:
+    """``store`` itself, or the store at that path, and whether it was opened here (so the
+    caller closes it when done)."""
+    if isinstance(store, CheckpointStore):
+        return store, False
+    return CheckpointStore(store), True
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
