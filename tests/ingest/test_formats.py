@@ -90,7 +90,9 @@ def test_langfuse_openai_agents_responses_api_and_scores():
 
 
 def test_every_langfuse_fixture_imports():
-    for path in sorted((FIXTURES / "langfuse").glob("*.json")):
+    paths = sorted((FIXTURES / "langfuse").glob("*.json"))
+    assert paths, FIXTURES / "langfuse"
+    for path in paths:
         trajectories = load(path)
         assert trajectories, path
         for traj in trajectories:

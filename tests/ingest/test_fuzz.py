@@ -45,6 +45,12 @@ def sample_doc(fmt: str):
     return json.loads(data)
 
 
+def one_span_request(**span) -> bytes:
+    """An OTLP/JSON traces request holding one span (with valid ids) made of ``span``."""
+    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", **span}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
 def check(data, fmt: str) -> None:
     try:
         read_source(data, fmt)
@@ -124,45 +130,35 @@ def test_deeply_nested_documents(fmt, depth):
     check(b"[" * depth + b"]" * depth, fmt)
     check(b'{"a":' * depth + b"1" + b"}" * depth, fmt)
     nested = "[" * depth + "]" * depth
-    span = {
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
-        "name": "deep",
-        "attributes": [
+    request = one_span_request(
+        name="deep",
+        attributes=[
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
             {"key": "gen_ai.input.messages", "value": {"stringValue": nested}},
         ],
-    }
-    check(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode(), fmt)
+    )
+    check(request, fmt)
 
 
 def test_deeply_nested_anyvalue_is_rejected_not_crashing():
     value = {"stringValue": "leaf"}
     for _ in range(200):
         value = {"arrayValue": {"values": [value]}}
-    span = {
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
-        "attributes": [{"key": "deep", "value": value}],
-    }
     with pytest.raises(ImportFormatError, match="no readable span"):
-        read_source(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode())
+        read_source(one_span_request(attributes=[{"key": "deep", "value": value}]))
 
 
 def test_huge_attributes_import():
     huge = "x" * (8 << 20)
-    span = {
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
-        "name": "execute_tool big",
-        "attributes": [
-            {"key": "gen_ai.tool.name", "value": {"stringValue": "big"}},
-            {"key": "gen_ai.tool.call.result", "value": {"stringValue": huge}},
-        ]
-        + [{"key": f"k{i}", "value": {"intValue": str(i)}} for i in range(20_000)],
-    }
     parsed = read_source(
-        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+        one_span_request(
+            name="execute_tool big",
+            attributes=[
+                {"key": "gen_ai.tool.name", "value": {"stringValue": "big"}},
+                {"key": "gen_ai.tool.call.result", "value": {"stringValue": huge}},
+            ]
+            + [{"key": f"k{i}", "value": {"intValue": str(i)}} for i in range(20_000)],
+        )
     )
     assert len(parsed.spans[0].attributes["gen_ai.tool.call.result"]) == 8 << 20
 

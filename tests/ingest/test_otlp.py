@@ -69,41 +69,30 @@ def sdk_spans():
     return exporter.get_finished_spans()
 
 
+def convert_ids(node, convert):
+    """``node`` with ``convert`` applied to every trace / span id in it, in place."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
+                node[key] = convert(value)
+            else:
+                convert_ids(value, convert)
+    elif isinstance(node, list):
+        for item in node:
+            convert_ids(item, convert)
+    return node
+
+
 def to_otlp_json(message) -> dict:
     """Protobuf → OTLP/JSON: json_format writes base64 ids, OTLP wants hex."""
     doc = json_format.MessageToDict(message, use_integers_for_enums=True)
-
-    def fix(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
-                    node[key] = base64.b64decode(value).hex()
-                else:
-                    fix(value)
-        elif isinstance(node, list):
-            for item in node:
-                fix(item)
-
-    fix(doc)
-    return doc
+    return convert_ids(doc, lambda ident: base64.b64decode(ident).hex())
 
 
 def hex_to_b64(doc):
-    doc = copy.deepcopy(doc)
-
-    def fix(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
-                    node[key] = base64.b64encode(bytes.fromhex(value)).decode()
-                else:
-                    fix(value)
-        elif isinstance(node, list):
-            for item in node:
-                fix(item)
-
-    fix(doc)
-    return doc
+    return convert_ids(
+        copy.deepcopy(doc), lambda ident: base64.b64encode(bytes.fromhex(ident)).decode()
+    )
 
 
 def test_json_and_protobuf_of_the_same_spans_give_identical_trajectories(tmp_path):
@@ -115,7 +104,7 @@ def test_json_and_protobuf_of_the_same_spans_give_identical_trajectories(tmp_pat
     (from_proto,) = load(proto)
     (from_json,) = load(as_json)
     assert from_proto.head_hash == from_json.head_hash
-    assert from_proto.digest != ""  # the header hashes (metadata names the file) may differ
+    assert from_proto.digest != from_json.digest  # the header's metadata names the file
     assert [s.label for s in from_proto.steps] == ["llm:chat gpt-4o", "tool:get_weather"]
     assert from_proto.steps[0].inputs == {"messages": USER, "model": "gpt-4o"}
     assert from_proto.steps[0].action == CALL
@@ -232,9 +221,9 @@ def test_logs_protobuf_is_recognised_and_joined(tmp_path):
 
 
 def test_every_generated_fixture_imports_with_its_agent(tmp_path):
-    for path in sorted(GENERATED.glob("*.jsonl")):
-        if path.name.endswith(".logs.jsonl"):
-            continue
+    paths = [p for p in sorted(GENERATED.glob("*.jsonl")) if not p.name.endswith(".logs.jsonl")]
+    assert len(paths) >= 3, GENERATED
+    for path in paths:
         (traj,) = load(path)
         assert traj.session_id == "conv_1"
         assert {s.agent for s in traj.steps} == {"weather_agent"}

@@ -113,7 +113,6 @@ attribute_values = st.recursive(
 attribute_dicts = st.dictionaries(st.sampled_from(KNOWN_KEYS) | TEXT, attribute_values, max_size=8)
 
 events = st.builds(SpanEvent, TEXT, st.integers(0, 10), attribute_dicts)
-events = st.builds(SpanEvent, TEXT, st.integers(0, 10), attribute_dicts)
 IDS = st.sampled_from(["a" * 16, "b" * 16, "c" * 16, "d" * 16, "e" * 16, "f" * 16])
 
 

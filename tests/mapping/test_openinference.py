@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agent_replay.ingest.otlp import read_otlp_json
 from agent_replay.mapping import DIALECTS, NormalizedSpan, Role, map_span
 from agent_replay.mapping.assemble import assemble
 from agent_replay.model import StepKind
@@ -310,39 +311,9 @@ def test_a_span_carrying_openinference_and_gen_ai_keeps_both():
 # -- the generated fixture (real openinference-instrumentation-openai output) ------------------
 
 
-def _value(value: dict[str, Any]) -> Any:
-    (kind, inner), *_ = value.items()
-    if kind == "intValue":
-        return int(inner)
-    if kind == "arrayValue":
-        return [_value(v) for v in inner.get("values", [])]
-    if kind == "kvlistValue":
-        return {kv["key"]: _value(kv["value"]) for kv in inner.get("values", [])}
-    return inner
-
-
 def otlp_json_spans(path: Path) -> list[NormalizedSpan]:
-    """Just enough of OTLP/JSON (hex ids) for the generated fixtures."""
-    spans = []
-    for line in path.read_text().splitlines():
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            for scope_spans in resource_spans["scopeSpans"]:
-                for s in scope_spans["spans"]:
-                    spans.append(
-                        NormalizedSpan(
-                            trace_id=s["traceId"],
-                            span_id=s["spanId"],
-                            parent_span_id=s.get("parentSpanId") or None,
-                            name=s["name"],
-                            start_ns=int(s["startTimeUnixNano"]),
-                            end_ns=int(s["endTimeUnixNano"]),
-                            attributes={
-                                a["key"]: _value(a["value"]) for a in s.get("attributes", [])
-                            },
-                            scope_name=scope_spans["scope"].get("name", ""),
-                        )
-                    )
-    return spans
+    """The spans of a generated OTLP/JSON fixture, read by the importer's decoder."""
+    return read_otlp_json(path.read_bytes(), str(path)).spans
 
 
 def test_generated_openinference_fixture(fixtures_dir):

@@ -39,7 +39,7 @@ from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
 from .langsmith import is_langsmith, read_langsmith
-from .otlp import Malformed, parse_json_bytes, read_otlp_json, read_otlp_proto
+from .otlp import parse_json_bytes, read_otlp_json, read_otlp_proto
 from .steps import is_step_record, read_jsonl_records
 from .whowhen import is_whowhen, read_whowhen
 
@@ -217,11 +217,6 @@ def _is_text(head: bytes) -> bool:
     return all(c.isprintable() or c in "\t\n\r" for c in text)
 
 
-def _located(exc: Reject | Malformed, name: str, position: str) -> ImportFormatError:
-    where = ": ".join(p for p in (position, exc.position) if p)
-    return ImportFormatError(exc.message, source=name, position=where)
-
-
 def _documents(fmt: str, data: Any, docs: list | None, name: str) -> list[tuple[str, Any]]:
     """The parsed JSON documents of a source. A line that is not JSON fails the source,
     except in OTLP/JSON Lines (the Collector may have cut its last line): there it is
@@ -252,7 +247,7 @@ def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
         try:
             parsed.trajectories = read_jsonl_records(docs, _stem(name))
         except Reject as exc:
-            raise _located(exc, name, "") from None
+            raise exc.located(name) from None
         return parsed
     readers: dict[str, Callable[[Any], list[Trajectory]]] = {
         "langfuse": read_langfuse,
@@ -269,7 +264,7 @@ def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
         try:
             parsed.trajectories.extend(reader(doc))
         except Reject as exc:
-            raise _located(exc, name, position) from None
+            raise exc.located(name, position) from None
     return parsed
 
 
@@ -361,11 +356,12 @@ def load_many(
         if on_source is not None:
             on_source(report)
     if logs:
-        spans, orphans = attach_logs(spans, [log for log in logs if log.span_id])
-        unjoinable = len(logs) - sum(1 for log in logs if log.span_id)
-        if orphans or unjoinable:
+        joinable = [log for log in logs if log.span_id]
+        spans, orphans = attach_logs(spans, joinable)
+        unjoined = len(orphans) + len(logs) - len(joinable)
+        if unjoined:
             result.warnings.append(
-                f"{len(orphans) + unjoinable} log record(s) name no span of this import "
+                f"{unjoined} log record(s) name no span of this import "
                 "(import the span file and its logs file together)"
             )
     for trajectory in assemble(spans, source="import:otlp") if spans else ():

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ImportFormatError
 from ..mapping.assemble import capture_report
 from ..mapping.spans import LogEvent, NormalizedSpan
 from ..model import Outcome, StepDraft, Trajectory
 
-__all__ = ["Parsed", "Reject", "timestamp_ns", "trajectory_from_drafts"]
+__all__ = ["Parsed", "Reject", "read_documents", "timestamp_ns", "trajectory_from_drafts"]
 
 
 class Reject(Exception):
@@ -22,6 +23,12 @@ class Reject(Exception):
         self.message = message
         self.position = position
         super().__init__(message)
+
+    def located(self, source: str, line: str = "") -> ImportFormatError:
+        """This error as an :class:`ImportFormatError` of ``source``, at ``line`` (if any)
+        followed by :attr:`position`."""
+        position = ": ".join(p for p in (line, self.position) if p)
+        return ImportFormatError(self.message, source=source, position=position)
 
 
 @dataclass
@@ -36,6 +43,27 @@ class Parsed:
     logs: list[LogEvent] = field(default_factory=list)
     trajectories: list[Trajectory] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+
+
+def read_documents(
+    doc: Any,
+    is_format: Callable[[Any], bool],
+    read_one: Callable[[Any, str], list[Trajectory]],
+    what: str,
+    expected: str,
+) -> list[Trajectory]:
+    """``read_one(document, position prefix)`` for ``doc`` or for each document of a list;
+    raises :class:`Reject` ("not ``what``") for one that ``is_format`` refuses."""
+    if isinstance(doc, list):
+        out = []
+        for i, item in enumerate(doc):
+            if not is_format(item):
+                raise Reject(f"not {what}", f"[{i}]")
+            out.extend(read_one(item, f"[{i}]."))
+        return out
+    if not is_format(doc):
+        raise Reject(f"not {what} (expected {expected})")
+    return read_one(doc, "")
 
 
 def timestamp_ns(value: Any) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..mapping.messages import normalize_parts, normalize_tools
 from ..model import StepDraft, StepKind, Trajectory
-from ._common import Reject, timestamp_ns, trajectory_from_drafts
+from ._common import Reject, read_documents, timestamp_ns, trajectory_from_drafts
 
 __all__ = ["is_atif", "read_atif"]
 
@@ -196,13 +196,4 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
 
 def read_atif(doc: Any) -> list[Trajectory]:
     """Trajectories of a parsed ATIF document (or a list of them). Raises :class:`Reject`."""
-    if isinstance(doc, list):
-        out = []
-        for i, item in enumerate(doc):
-            if not is_atif(item):
-                raise Reject("not an ATIF trajectory", f"[{i}]")
-            out.extend(_one(item, f"[{i}]."))
-        return out
-    if not is_atif(doc):
-        raise Reject("not an ATIF trajectory (expected schema_version ATIF-v1.x)")
-    return _one(doc, "")
+    return read_documents(doc, is_atif, _one, "an ATIF trajectory", "schema_version ATIF-v1.x")

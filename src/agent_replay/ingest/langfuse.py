@@ -20,7 +20,7 @@ from ..mapping.assemble import assemble_mapped
 from ..mapping.dialects.langfuse import decode_json_text, read_observation
 from ..mapping.spans import NormalizedSpan
 from ..model import Trajectory
-from ._common import Reject, timestamp_ns
+from ._common import Reject, read_documents, timestamp_ns
 
 __all__ = ["is_langfuse", "read_langfuse"]
 
@@ -101,7 +101,7 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
     session = trace.get("sessionId")
     if isinstance(session, str) and session:
         for m in mapped:
-            m.conversation_id = m.conversation_id or session
+            m.set_conversation(session)
     raw_scores = trace.get("scores")
     scores = [
         {k: s.get(k) for k in ("name", "value", "stringValue", "source", "dataType") if k in s}
@@ -129,13 +129,6 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
 
 def read_langfuse(doc: Any) -> list[Trajectory]:
     """Trajectories of a parsed Langfuse export. Raises :class:`Reject` on a wrong shape."""
-    if isinstance(doc, list):
-        out = []
-        for i, item in enumerate(doc):
-            if not is_langfuse(item):
-                raise Reject("not a Langfuse trace export", f"[{i}]")
-            out.extend(_one(item, f"[{i}]."))
-        return out
-    if not is_langfuse(doc):
-        raise Reject("not a Langfuse trace export (expected {trace, observations})")
-    return _one(doc, "")
+    return read_documents(
+        doc, is_langfuse, _one, "a Langfuse trace export", "{trace, observations}"
+    )

@@ -122,8 +122,7 @@ def _mapped(run: dict) -> MappedSpan:
     )
     mapped.dialects.append("langsmith_run")
     for key in THREAD_KEYS:
-        if metadata.get(key) not in (None, "") and mapped.conversation_id is None:
-            mapped.conversation_id = str(metadata[key])
+        mapped.set_conversation(metadata.get(key))
     if error:
         mapped.error = {"type": "error", "message": str(error)}
     for key, attr in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):

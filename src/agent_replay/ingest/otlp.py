@@ -29,6 +29,7 @@ import base64
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ..errors import ImportFormatError
 from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent, SpanLink
+from ._common import Reject
 
 __all__ = [
     "Decoded",
@@ -89,28 +91,23 @@ class Decoded:
     logs: list[LogEvent] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
 
-    def extend(self, other: Decoded) -> None:
+    def extend(self, other: Decoded, position: str = "") -> None:
+        """Add ``other``'s records; its rejections are prefixed with ``position``."""
         self.spans.extend(other.spans)
         self.logs.extend(other.logs)
-        self.rejected.extend(other.rejected)
+        self.rejected.extend(f"{position}: {r}" if position else r for r in other.rejected)
 
 
-class _Reject(Exception):
+class _BadRecord(Exception):
     """One span or record is malformed; the decoder skips it and says why."""
 
 
-class Malformed(Exception):
+class Malformed(Reject):
     """The document itself is not OTLP; ``position`` says where (without the source, which
-    only the caller knows: it becomes an :class:`ImportFormatError`)."""
+    only the caller knows: :meth:`located` makes it an :class:`ImportFormatError`)."""
 
-    def __init__(self, message: str, position: str = "") -> None:
-        self.message = message
-        self.position = position
-        super().__init__(f"{message} (at {position})" if position else message)
-
-    def located(self, source: str, line: str = "") -> ImportFormatError:
-        position = ": ".join(p for p in (line, self.position) if p)
-        return ImportFormatError(self.message, source=source, position=position)
+    def __str__(self) -> str:
+        return f"{self.message} (at {self.position})" if self.position else self.message
 
 
 # -- shared scalar checks ---------------------------------------------------------------------
@@ -122,20 +119,20 @@ _ZERO_BYTES = {16: bytes(16), 8: bytes(8)}
 
 def _hex_id(value: Any, length: int, what: str) -> str:
     if type(value) is not str or len(value) != length:
-        raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}")
+        raise _BadRecord(f"{what} must be {length} hex digits, got {_short(value)}")
     lowered = value.lower()
     try:
         bytes.fromhex(lowered)  # C-speed validation; the hex text is what we keep
     except ValueError:
-        raise _Reject(f"{what} must be {length} hex digits, got {_short(value)}") from None
+        raise _BadRecord(f"{what} must be {length} hex digits, got {_short(value)}") from None
     if lowered == _ZERO_HEX[length]:
-        raise _Reject(f"{what} must not be all zeros")
+        raise _BadRecord(f"{what} must not be all zeros")
     return lowered
 
 
 def _bytes_id(value: bytes, length: int, what: str) -> str:
     if len(value) != length or value == _ZERO_BYTES[length]:
-        raise _Reject(f"{what} must be {length} non-zero bytes, got {len(value)} bytes")
+        raise _BadRecord(f"{what} must be {length} non-zero bytes, got {len(value)} bytes")
     return value.hex()
 
 
@@ -153,11 +150,11 @@ def _uint(value: Any, what: str) -> int:
         try:
             number = int(value)
         except ValueError:
-            raise _Reject(f"{what} must be an integer, got {_short(value)}") from None
+            raise _BadRecord(f"{what} must be an integer, got {_short(value)}") from None
     else:
-        raise _Reject(f"{what} must be an integer, got {_short(value)}")
+        raise _BadRecord(f"{what} must be an integer, got {_short(value)}")
     if number < 0 or number >= 1 << 64:
-        raise _Reject(f"{what} out of range: {number}")
+        raise _BadRecord(f"{what} out of range: {number}")
     return number
 
 
@@ -171,7 +168,7 @@ def _enum(value: Any, names: dict[str, int], what: str) -> int:
             return names[value]
         if value.isdigit():
             return int(value)
-    raise _Reject(f"{what} must be an enum number or name, got {_short(value)}")
+    raise _BadRecord(f"{what} must be an enum number or name, got {_short(value)}")
 
 
 # -- OTLP/JSON ------------------------------------------------------------------------------
@@ -185,47 +182,50 @@ def _int_value(x: Any, depth: int) -> int:
             return int(x)
         except ValueError:
             pass
-    raise _Reject(f"intValue must be an integer, got {_short(x)}")
+    raise _BadRecord(f"intValue must be an integer, got {_short(x)}")
+
+
+_SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _double_value(x: Any, depth: int) -> float:
     if type(x) is float or type(x) is int:
         return float(x)
-    if type(x) is str and x in ("NaN", "Infinity", "-Infinity"):
-        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[x]
-    raise _Reject(f"doubleValue must be a number, got {_short(x)}")
+    if type(x) is str and x in _SPECIAL_DOUBLES:
+        return _SPECIAL_DOUBLES[x]
+    raise _BadRecord(f"doubleValue must be a number, got {_short(x)}")
 
 
 def _bool_value(x: Any, depth: int) -> bool:
     if type(x) is bool:
         return x
-    raise _Reject(f"boolValue must be true or false, got {_short(x)}")
+    raise _BadRecord(f"boolValue must be true or false, got {_short(x)}")
 
 
 def _string_value(x: Any, depth: int) -> str:
     if type(x) is str:
         return x
-    raise _Reject(f"stringValue must be a string, got {_short(x)}")
+    raise _BadRecord(f"stringValue must be a string, got {_short(x)}")
 
 
 def _bytes_value(x: Any, depth: int) -> str:
     if type(x) is str:
         return x
-    raise _Reject(f"bytesValue must be base64 text, got {_short(x)}")
+    raise _BadRecord(f"bytesValue must be base64 text, got {_short(x)}")
 
 
 def _array_value(x: Any, depth: int) -> list[Any]:
     if type(x) is not dict:
-        raise _Reject("arrayValue must be an object")
+        raise _BadRecord("arrayValue must be an object")
     values = x.get("values") or []
     if type(values) is not list:
-        raise _Reject("arrayValue.values must be a list")
+        raise _BadRecord("arrayValue.values must be a list")
     return [_any(v, depth + 1) for v in values]
 
 
 def _kvlist_value(x: Any, depth: int) -> dict[str, Any]:
     if type(x) is not dict:
-        raise _Reject("kvlistValue must be an object")
+        raise _BadRecord("kvlistValue must be an object")
     return _attributes(x.get("values"), depth + 1)
 
 
@@ -250,11 +250,11 @@ _ANY = {
 def _any(value: Any, depth: int = 0) -> Any:
     """A JSON ``AnyValue`` as plain data (``{}`` / null → None; unknown keys ignored)."""
     if depth > MAX_DEPTH:
-        raise _Reject(f"attribute value nested deeper than {MAX_DEPTH} levels")
+        raise _BadRecord(f"attribute value nested deeper than {MAX_DEPTH} levels")
     if type(value) is not dict:
         if value is None:
             return None
-        raise _Reject(f"AnyValue must be an object, got {_short(value)}")
+        raise _BadRecord(f"AnyValue must be an object, got {_short(value)}")
     for key, inner in value.items():
         decode = _ANY.get(key)
         if decode is not None:
@@ -268,7 +268,7 @@ def _attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
     if not kvs:
         return {}
     if type(kvs) is not list:
-        raise _Reject(f"attributes must be a list, got {_short(kvs)}")
+        raise _BadRecord(f"attributes must be a list, got {_short(kvs)}")
     out: dict[str, Any] = {}
     for kv in kvs:
         try:
@@ -278,7 +278,7 @@ def _attributes(kvs: Any, depth: int = 0) -> dict[str, Any]:
         except (KeyError, TypeError, AttributeError):
             key, value, text = _slow_key_value(kv)
         if type(key) is not str:
-            raise _Reject(f"attribute key must be a string, got {_short(key)}")
+            raise _BadRecord(f"attribute key must be a string, got {_short(key)}")
         if type(text) is str and len(value) == 1:
             out[key] = text
         else:
@@ -290,7 +290,7 @@ def _slow_key_value(kv: Any) -> tuple[Any, Any, None]:
     """``(key, value, None)`` of a KeyValue the fast path could not read (missing value,
     not an object): the value then goes through :func:`_any`, which says what is wrong."""
     if type(kv) is not dict:
-        raise _Reject(f"attribute must be an object, got {_short(kv)}")
+        raise _BadRecord(f"attribute must be an object, got {_short(kv)}")
     return kv.get("key"), kv.get("value"), None
 
 
@@ -335,7 +335,7 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
     # the hot path of every OTLP/JSON import: plain dict lookups, checks only where a wrong
     # type would otherwise slip through into the span
     if type(s) is not dict:
-        raise _Reject(f"span must be an object, got {_short(s)}")
+        raise _BadRecord(f"span must be an object, got {_short(s)}")
     if "traceId" not in s and "trace_id" in s:
         s = _camel(s)
     get = s.get
@@ -344,20 +344,20 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
     status = get("status")
     if status:
         if type(status) is not dict:
-            raise _Reject("status must be an object")
+            raise _BadRecord("status must be an object")
         message = status.get("message") or ""
         if type(message) is not str:
-            raise _Reject("status.message must be a string")
+            raise _BadRecord("status.message must be a string")
         code = _enum(status.get("code"), _STATUS, "status.code")
     else:
         message, code = "", 0
     name = get("name") or ""
     if type(name) is not str:
-        raise _Reject("name must be a string")
+        raise _BadRecord("name must be a string")
     events = get("events")
     if events:
         if type(events) is not list:
-            raise _Reject("events must be a list")
+            raise _BadRecord("events must be a list")
         events = tuple(_json_event(e) for e in events)
     else:
         events = ()
@@ -367,7 +367,7 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
     links = get("links")
     if links:
         if type(links) is not list:
-            raise _Reject("links must be a list")
+            raise _BadRecord("links must be a list")
         links = tuple(_json_link(link) for link in links)
     else:
         links = ()
@@ -395,7 +395,7 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
 
 def _json_link(link: Any) -> SpanLink:
     if type(link) is not dict:
-        raise _Reject(f"link must be an object, got {_short(link)}")
+        raise _BadRecord(f"link must be an object, got {_short(link)}")
     if "traceId" not in link and "trace_id" in link:
         link = _camel(link)
     return SpanLink(
@@ -412,16 +412,16 @@ def span_from_json(
     raises :class:`Malformed` naming what is wrong."""
     try:
         return _json_span(span, resource or {}, scope_name, scope_version)
-    except _Reject as exc:
+    except _BadRecord as exc:
         raise Malformed(str(exc)) from None
 
 
 def _json_event(e: Any) -> SpanEvent:
     if type(e) is not dict:
-        raise _Reject("event must be an object")
+        raise _BadRecord("event must be an object")
     name = e.get("name") or ""
     if type(name) is not str:
-        raise _Reject("event name must be a string")
+        raise _BadRecord("event name must be a string")
     return SpanEvent(
         name,
         _uint(_get(e, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
@@ -445,38 +445,55 @@ def _resource(obj: dict, where: str) -> dict[str, Any]:
         raise Malformed("resource must be an object", where)
     try:
         return _attributes(resource.get("attributes"))
-    except _Reject as exc:
+    except _BadRecord as exc:
         raise Malformed(f"resource: {exc}", where) from None
+
+
+_TRACES = ("resourceSpans", "resource_spans", "scopeSpans", "scope_spans", "spans", "spans")
+_LOGS = ("resourceLogs", "resource_logs", "scopeLogs", "scope_logs", "logRecords", "log_records")
+
+
+def _decode_json(
+    doc: Any, prefix: str, keys: tuple[str, ...], decode: Callable[..., Any], out: list
+) -> list[str]:
+    """Walk resource → scope → record (``keys``: the camel and snake names of each level),
+    appending ``decode(record, resource, scope_name, scope_version)`` to ``out``; returns the
+    records rejected (``"<position>: <reason>"``)."""
+    resources, resources_snake, scopes, scopes_snake, records, records_snake = keys
+    rejected: list[str] = []
+    for i, rs in enumerate(_list(doc, resources, resources_snake, prefix)):
+        where = _join(prefix, f"{resources}[{i}]")
+        resource = _resource(rs, where) if type(rs) is dict else {}
+        for j, ss in enumerate(_list(rs, scopes, scopes_snake, where)):
+            swhere = f"{where}.{scopes}[{j}]"
+            scope_name, scope_version = _scope(ss, swhere) if type(ss) is dict else ("", "")
+            for k, record in enumerate(_list(ss, records, records_snake, swhere)):
+                try:
+                    out.append(decode(record, resource, scope_name, scope_version))
+                except _BadRecord as exc:
+                    rejected.append(f"{swhere}.{records}[{k}]: {exc}")
+                except RecursionError:
+                    rejected.append(f"{swhere}.{records}[{k}]: nested too deeply")
+    return rejected
 
 
 def decode_json_traces(doc: Any, prefix: str = "") -> Decoded:
     """Spans of one OTLP/JSON traces document (``{"resourceSpans": [...]}``)."""
     out = Decoded()
-    for i, rs in enumerate(_list(doc, "resourceSpans", "resource_spans", prefix)):
-        where = _join(prefix, f"resourceSpans[{i}]")
-        resource = _resource(rs, where) if type(rs) is dict else {}
-        for j, ss in enumerate(_list(rs, "scopeSpans", "scope_spans", where)):
-            swhere = f"{where}.scopeSpans[{j}]"
-            scope_name, scope_version = _scope(ss, swhere) if type(ss) is dict else ("", "")
-            for k, s in enumerate(_list(ss, "spans", "spans", swhere)):
-                try:
-                    out.spans.append(_json_span(s, resource, scope_name, scope_version))
-                except _Reject as exc:
-                    out.rejected.append(f"{swhere}.spans[{k}]: {exc}")
-                except RecursionError:
-                    out.rejected.append(f"{swhere}.spans[{k}]: nested too deeply")
+    out.rejected = _decode_json(doc, prefix, _TRACES, _json_span, out.spans)
     return out
 
 
-def _json_log(r: Any, resource: dict, scope_name: str) -> LogEvent | None:
+def _json_log(r: Any, *_scope: Any) -> LogEvent:
+    # the resource and scope arguments of _decode_json: a LogEvent keeps neither
     if type(r) is not dict:
-        raise _Reject("logRecord must be an object")
+        raise _BadRecord("logRecord must be an object")
     trace_id = _get(r, "traceId", "trace_id")
     span_id = _get(r, "spanId", "span_id")
     attributes = _attributes(r.get("attributes"))
     name = _get(r, "eventName", "event_name") or attributes.get("event.name") or ""
     if type(name) is not str:
-        raise _Reject("eventName must be a string")
+        raise _BadRecord("eventName must be a string")
     time_ns = _uint(_get(r, "timeUnixNano", "time_unix_nano"), "timeUnixNano") or _uint(
         _get(r, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"
     )
@@ -493,22 +510,7 @@ def _json_log(r: Any, resource: dict, scope_name: str) -> LogEvent | None:
 def decode_json_logs(doc: Any, prefix: str = "") -> Decoded:
     """Log records of one OTLP/JSON logs document (``{"resourceLogs": [...]}``)."""
     out = Decoded()
-    for i, rl in enumerate(_list(doc, "resourceLogs", "resource_logs", prefix)):
-        where = _join(prefix, f"resourceLogs[{i}]")
-        resource = _resource(rl, where) if type(rl) is dict else {}
-        for j, sl in enumerate(_list(rl, "scopeLogs", "scope_logs", where)):
-            swhere = f"{where}.scopeLogs[{j}]"
-            scope_name, _ = _scope(sl, swhere) if type(sl) is dict else ("", "")
-            for k, r in enumerate(_list(sl, "logRecords", "log_records", swhere)):
-                try:
-                    log = _json_log(r, resource, scope_name)
-                except _Reject as exc:
-                    out.rejected.append(f"{swhere}.logRecords[{k}]: {exc}")
-                except RecursionError:
-                    out.rejected.append(f"{swhere}.logRecords[{k}]: nested too deeply")
-                else:
-                    if log is not None:
-                        out.logs.append(log)
+    out.rejected = _decode_json(doc, prefix, _LOGS, _json_log, out.logs)
     return out
 
 
@@ -628,9 +630,7 @@ def read_otlp_json(data: Any, source: str, docs: list[tuple[str, Any]] | None = 
             first_error = first_error or error
             out.rejected.append(f"{position}: nested too deeply")
             continue
-        if position:
-            decoded.rejected = [f"{position}: {r}" for r in decoded.rejected]
-        out.extend(decoded)
+        out.extend(decoded, position)
     if not out.spans and not out.logs:
         if first_error is not None:
             raise first_error
@@ -657,7 +657,7 @@ def _pb_any(value: Any, depth: int = 0) -> Any:
     if which == "bool_value":
         return value.bool_value
     if depth > MAX_DEPTH:
-        raise _Reject(f"attribute value nested deeper than {MAX_DEPTH} levels")
+        raise _BadRecord(f"attribute value nested deeper than {MAX_DEPTH} levels")
     if which == "array_value":
         return [_pb_any(v, depth + 1) for v in value.array_value.values]
     if which == "kvlist_value":
@@ -725,14 +725,14 @@ def decode_proto_traces(message: Any, prefix: str = "") -> Decoded:
     for i, rs in enumerate(message.resource_spans):
         try:
             resource = _pb_attributes(rs.resource.attributes)
-        except _Reject as exc:
+        except _BadRecord as exc:
             raise Malformed(f"resource: {exc}", _join(prefix, f"resource_spans[{i}]")) from None
         for j, ss in enumerate(rs.scope_spans):
             scope = ss.scope
             for k, s in enumerate(ss.spans):
                 try:
                     out.spans.append(_pb_span(s, resource, scope.name, scope.version))
-                except _Reject as exc:
+                except _BadRecord as exc:
                     where = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
                     out.rejected.append(f"{_join(prefix, where)}: {exc}")
     return out
@@ -759,7 +759,7 @@ def decode_proto_logs(message: Any, prefix: str = "") -> Decoded:
             for k, r in enumerate(sl.log_records):
                 try:
                     out.logs.append(_pb_log(r))
-                except _Reject as exc:
+                except _BadRecord as exc:
                     where = f"resource_logs[{i}].scope_logs[{j}].log_records[{k}]"
                     out.rejected.append(f"{_join(prefix, where)}: {exc}")
     return out
@@ -831,9 +831,7 @@ def read_otlp_proto(data: bytes, source: str) -> Decoded:
             first_error = first_error or located
             out.rejected.append(f"{located.position}: {exc.message}")
             continue
-        if position:
-            decoded.rejected = [f"{position}: {r}" for r in decoded.rejected]
-        out.extend(decoded)
+        out.extend(decoded, position)
     if first_error is not None and not out.spans and not out.logs:
         raise first_error
     return out

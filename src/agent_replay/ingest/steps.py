@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..model import Outcome, Step, StepDraft, StepKind, Trajectory
@@ -130,8 +131,6 @@ def trajectory_from_steps(
         metadata=metadata,
     )
     if seed is not None:
-        from dataclasses import replace
-
         trajectory = replace(trajectory, seed=seed)
     return trajectory
 

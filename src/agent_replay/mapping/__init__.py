@@ -128,6 +128,12 @@ class MappedSpan:
         if name and not self.name:
             self.name = name
 
+    def set_conversation(self, value: Any) -> None:
+        """Group the span under conversation ``value`` (as text) unless a dialect with
+        precedence already did; ``None`` and ``""`` name no conversation."""
+        if self.conversation_id is None and value not in (None, ""):
+            self.conversation_id = str(value)
+
     def set_attr(self, key: str, value: Any) -> None:
         if value is not None and key not in self.attributes:
             self.attributes[key] = value

@@ -26,13 +26,14 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import canonical
 from ..errors import CanonicalEncodingError
 from ..model import Outcome, Step, StepDraft, StepKind, Trajectory
 from . import MappedSpan, NormalizedSpan, Role, map_span
-from .messages import call_id, requested_tool_calls, tool_responses
+from .messages import call_id, requested_tool_calls, tool_call_parts, tool_responses
 
 __all__ = ["assemble", "assemble_mapped", "capture_report", "merge"]
 
@@ -87,18 +88,15 @@ class _Draft:
 
     draft: StepDraft
     tool_call_ids: list[str] = field(default_factory=list)
-    _requests: list | None = None
 
     @property
     def kind(self) -> StepKind:
         return self.draft.kind
 
-    @property
+    @cached_property
     def requests(self) -> list[tuple[str | None, str, Any]]:
         """:func:`_requests` of the draft, computed once (linking asks several times)."""
-        if self._requests is None:
-            self._requests = _requests(self.draft)
-        return self._requests
+        return _requests(self.draft)
 
 
 def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
@@ -220,17 +218,12 @@ def _input_messages(draft: StepDraft) -> Any:
 
 def _requests(draft: StepDraft) -> list[tuple[str | None, str, Any]]:
     """``(id, name, arguments)`` of the tool calls an llm step's output asks for."""
-    if draft.kind is not StepKind.LLM or not isinstance(draft.action, list):
+    if draft.kind is not StepKind.LLM:
         return []
-    out = []
-    for message in draft.action:
-        parts = message.get("parts") if isinstance(message, dict) else None
-        for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and part.get("type") == "tool_call":
-                out.append(
-                    (call_id(part.get("id")), str(part.get("name") or ""), part.get("arguments"))
-                )
-    return out
+    return [
+        (call_id(p.get("id")), str(p.get("name") or ""), p.get("arguments"))
+        for p in tool_call_parts(draft.action)
+    ]
 
 
 def _synthesize(items: list[_Draft]) -> list[_Draft]:
@@ -365,7 +358,8 @@ def _build(
     _link(items)  # again: synthesized steps shift the indices
     drafts = [item.draft for item in items]
 
-    roots = sorted((m for m in members if not _has_parent(m, members)), key=_sort_key)
+    span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
+    roots = sorted((m for m in members if not _has_parent(m, span_ids)), key=_sort_key)
     root = roots[0] if roots else ordered[0][0]
     failed = True if root.span.status_code == 2 else None
     service = root.span.resource.get("service.name")
@@ -391,11 +385,9 @@ def _build(
     return _seal(session, drafts)
 
 
-def _has_parent(m: MappedSpan, members: list[MappedSpan]) -> bool:
+def _has_parent(m: MappedSpan, span_ids: set[tuple[str, str]]) -> bool:
     parent = m.span.parent_span_id
-    return bool(parent) and any(
-        o.span.span_id == parent and o.span.trace_id == m.span.trace_id for o in members
-    )
+    return bool(parent) and (m.span.trace_id, parent) in span_ids
 
 
 def capture_report(

@@ -38,6 +38,7 @@ __all__ = [
     "normalize_tools",
     "requested_tool_calls",
     "text_message",
+    "tool_call_parts",
     "tool_responses",
 ]
 
@@ -447,13 +448,14 @@ def _parts(messages: Any) -> Iterable[dict[str, Any]]:
                 yield part
 
 
+def tool_call_parts(messages: Any) -> list[dict[str, Any]]:
+    """Every ``tool_call`` part in normalised messages, in order."""
+    return [p for p in _parts(messages) if p.get("type") == "tool_call"]
+
+
 def requested_tool_calls(messages: Any) -> list[tuple[str | None, str]]:
     """``(id, name)`` of every ``tool_call`` part in normalised messages, in order."""
-    return [
-        (call_id(p.get("id")), str(p.get("name") or ""))
-        for p in _parts(messages)
-        if p.get("type") == "tool_call"
-    ]
+    return [(call_id(p.get("id")), str(p.get("name") or "")) for p in tool_call_parts(messages)]
 
 
 def tool_responses(messages: Any) -> dict[str, Any]:

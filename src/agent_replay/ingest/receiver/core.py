@@ -387,8 +387,7 @@ class Receiver:
                     self.stats.spans_stored += new_spans
                     self.stats.logs_stored += new_logs
                 else:
-                    name = type(error).__name__
-                    self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+                    self.count_error(error)  # the lock is reentrant
             for item in batch:
                 item.error = error
                 item.done.set()
@@ -403,6 +402,12 @@ class Receiver:
                     last_purge = time.monotonic()
             except Exception:
                 _log.exception("agent-replay: assembling received traces failed; will retry")
+
+    def count_error(self, error: BaseException) -> None:
+        """Count a failed request or commit by its exception type (for the collect summary)."""
+        name = type(error).__name__
+        with self._lock:
+            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for logs and the ``collect`` summary."""

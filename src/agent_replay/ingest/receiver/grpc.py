@@ -43,9 +43,7 @@ def _export(receiver: Receiver, signal: str, request: Any, context: grpc.Service
         with receiver.admit():
             return receiver.export_message(signal, request)
     except ReceiverError as error:
-        with receiver._lock:
-            name = type(error).__name__
-            receiver.stats.errors[name] = receiver.stats.errors.get(name, 0) + 1
+        receiver.count_error(error)
         _abort(context, error)
 
 

@@ -192,9 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
                     response = receiver.export_proto(signal, body)
             self._send(200, response, "application/json" if as_json else "application/x-protobuf")
         except ReceiverError as error:
-            with receiver._lock:  # counted for the collect summary
-                name = type(error).__name__
-                receiver.stats.errors[name] = receiver.stats.errors.get(name, 0) + 1
+            receiver.count_error(error)
             self._error(error, as_json)
         except (TimeoutError, ConnectionError):
             self.close_connection = True

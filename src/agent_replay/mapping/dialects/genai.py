@@ -29,7 +29,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import call_id, finish_reasons, normalize_messages, text_message
+from ..messages import finish_reasons, normalize_messages, text_message
 
 LLM_OPERATIONS = frozenset(
     {"chat", "text_completion", "generate_content", "completion", "generate", "chat.completions"}
@@ -72,21 +72,6 @@ PROMPT_EVENT = "gen_ai.content.prompt"
 COMPLETION_EVENT = "gen_ai.content.completion"
 _MODEL_KEYS = (g.GEN_AI_REQUEST_MODEL, g.GEN_AI_RESPONSE_MODEL)
 _CONTENT_KEYS = (g.GEN_AI_INPUT_MESSAGES, g.GEN_AI_OUTPUT_MESSAGES, g.GEN_AI_SYSTEM_INSTRUCTIONS)
-
-
-def tool_call_ids(messages: Any) -> list[str]:
-    """Ids of ``tool_call`` parts in GenAI output messages (id arrays give their last id)."""
-    ids: list[str] = []
-    if not isinstance(messages, list):
-        return ids
-    for message in messages:
-        parts = message.get("parts") if isinstance(message, dict) else None
-        for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and part.get("type") == "tool_call":
-                ident = call_id(part.get("id"))
-                if ident is not None:
-                    ids.append(ident)
-    return ids
 
 
 def _ids(value: Any) -> list[str]:
@@ -199,9 +184,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     agent = attrs.get(g.GEN_AI_AGENT_NAME)
     if isinstance(agent, str) and agent:
         mapped.agent = mapped.agent or agent
-    conversation = attrs.get(g.GEN_AI_CONVERSATION_ID)
-    if conversation not in (None, ""):
-        mapped.conversation_id = mapped.conversation_id or str(conversation)
+    mapped.set_conversation(attrs.get(g.GEN_AI_CONVERSATION_ID))
 
     if operation in ("invoke_agent", "create_agent"):
         if mapped.role == Role.OTHER:

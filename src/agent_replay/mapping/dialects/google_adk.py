@@ -66,9 +66,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     if not any(key in attrs for key in _MARKERS):  # ADK sets these keys on all of its spans
         return False
-    session = attrs.get(PREFIX + "session_id")
-    if session not in (None, "") and mapped.conversation_id is None:
-        mapped.conversation_id = str(session)
+    mapped.set_conversation(attrs.get(PREFIX + "session_id"))
     agent_run = _AGENT_RUN.match(span.name)
     if agent_run and mapped.role == Role.OTHER:
         mapped.role, mapped.kind = Role.AGENT, StepKind.AGENT
@@ -111,7 +109,6 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             mapped.set_inputs({"arguments": arguments})
         if tool_response is not None:
             mapped.set_output(tool_response)
-        return True
     return True
 
 

@@ -95,9 +95,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     obs_type = attrs.get(PREFIX + "type")
     if obs_type is None:
         return False
-    session = attrs.get("langfuse.session.id") or attrs.get("session.id")
-    if session not in (None, "") and mapped.conversation_id is None:
-        mapped.conversation_id = str(session)
+    mapped.set_conversation(attrs.get("langfuse.session.id") or attrs.get("session.id"))
     level = attrs.get(PREFIX + "level")
     if level == "ERROR" and mapped.error is None:
         mapped.error = {"type": "error", "message": str(attrs.get(PREFIX + "status_message") or "")}

@@ -94,9 +94,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if run_type is None and not any(k in attrs for k in _TRACE_KEYS):
         return False
     for key in THREAD_KEYS:
-        value = attrs.get("langsmith.metadata." + key)
-        if value not in (None, "") and mapped.conversation_id is None:
-            mapped.conversation_id = str(value)
+        mapped.set_conversation(attrs.get("langsmith.metadata." + key))
     if run_type is None:
         return True
     return read_run(

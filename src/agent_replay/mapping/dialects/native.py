@@ -20,8 +20,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         return False
     mapped.set_step(StepKind.parse(kind), str(attrs.get(PREFIX + "name") or span.name))
     session = attrs.get("agent_replay.session.id")
-    if isinstance(session, str) and session and mapped.conversation_id is None:
-        mapped.conversation_id = session
+    if isinstance(session, str):
+        mapped.set_conversation(session)
     if PREFIX + "inputs" in attrs:
         mapped.set_inputs(parse_json(attrs[PREFIX + "inputs"]))
     if PREFIX + "output" in attrs:

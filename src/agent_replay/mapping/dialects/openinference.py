@@ -72,8 +72,6 @@ _PARAMETERS = (
     "frequency_penalty",
     "presence_penalty",
 )
-# provider finish reasons that the GenAI conventions name differently in output messages
-_FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 _INDEX = re.compile(r"\d+")
 _FIRST_MESSAGE_ROLE = INPUT_MESSAGES + ".0.message.role"
 
@@ -93,8 +91,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if isinstance(agent, str) and agent:
         mapped.agent = mapped.agent or agent
     session = attrs.get(SESSION_ID)
-    if isinstance(session, (str, int)) and not isinstance(session, bool) and str(session):
-        mapped.conversation_id = mapped.conversation_id or str(session)
+    if isinstance(session, (str, int)) and not isinstance(session, bool):
+        mapped.set_conversation(session)
 
     if kind_name == "AGENT":
         if mapped.role == Role.OTHER:

@@ -127,11 +127,10 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             mapped.set_inputs({"arguments": arguments} if kind == "tool" else arguments)
         if "traceloop.entity.output" in attrs:
             mapped.set_output(parse_json(attrs["traceloop.entity.output"]))
-        session = attrs.get("traceloop.association.properties.session_id") or attrs.get(
-            "traceloop.association.properties.thread_id"
+        mapped.set_conversation(
+            attrs.get("traceloop.association.properties.session_id")
+            or attrs.get("traceloop.association.properties.thread_id")
         )
-        if session not in (None, "") and mapped.conversation_id is None:
-            mapped.conversation_id = str(session)
 
     if request_type is not None or prompts or completions:
         step_kind = _REQUEST_KINDS.get(str(request_type).lower(), StepKind.LLM)
