@@ -40,22 +40,25 @@ def run(*args):
     return CliRunner().invoke(main, list(map(str, args)), catch_exceptions=False)
 
 
-def test_attribute_writes_reports_and_explains(demo_db, tmp_path):
-    prefix = tmp_path / "out" / "report"
-    result = run(
+def attribute(db, session, *args):
+    """``attribute`` of ``session`` in ``db`` with the demo agent and verifier."""
+    return run(
         "attribute",
         "--db",
-        demo_db,
+        db,
         "--session",
-        "s1",
+        session,
         "--agent",
         AGENT,
         "--verifier",
         VERIFIER,
-        "--repair",
-        "--out",
-        prefix,
+        *args,
     )
+
+
+def test_attribute_writes_reports_and_explains(demo_db, tmp_path):
+    prefix = tmp_path / "out" / "report"
+    result = attribute(demo_db, "s1", "--repair", "--out", prefix)
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.index("CULPRIT  step 2") < out.index("Explanation") < out.index("wrote")
@@ -68,34 +71,10 @@ def test_attribute_writes_reports_and_explains(demo_db, tmp_path):
 
 
 def test_attribute_json_and_no_explain(demo_db):
-    result = run(
-        "attribute",
-        "--db",
-        demo_db,
-        "--session",
-        "s1",
-        "--agent",
-        AGENT,
-        "--verifier",
-        VERIFIER,
-        "--json",
-        "--no-save",
-    )
+    result = attribute(demo_db, "s1", "--json", "--no-save")
     assert result.exit_code == 0
     assert_valid_report(json.loads(result.output))
-    quiet = run(
-        "attribute",
-        "--db",
-        demo_db,
-        "--session",
-        "s1",
-        "--agent",
-        AGENT,
-        "--verifier",
-        VERIFIER,
-        "--no-explain",
-        "--no-save",
-    )
+    quiet = attribute(demo_db, "s1", "--no-explain", "--no-save")
     assert "CULPRIT" in quiet.output and "Explanation" not in quiet.output
 
 
@@ -130,24 +109,9 @@ def test_exit_codes(demo_db, tmp_path, monkeypatch):
     )
     assert undecided.exit_code == 3, undecided.output
     assert "UNDECIDED" in undecided.output and "F(0)" in undecided.output
-    passed = run(
-        "attribute", "--db", demo_db, "--session", "ok", "--agent", AGENT, "--verifier", VERIFIER
-    )
+    passed = attribute(demo_db, "ok")
     assert passed.exit_code == 1 and "credit" in passed.output
-    credit = run(
-        "attribute",
-        "--db",
-        demo_db,
-        "--session",
-        "ok",
-        "--agent",
-        AGENT,
-        "--verifier",
-        VERIFIER,
-        "--mode",
-        "credit",
-        "--no-save",
-    )
+    credit = attribute(demo_db, "ok", "--mode", "credit", "--no-save")
     assert credit.exit_code in (0, 3) and "succeeded" in credit.output
     no_verifier = run("attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT)
     assert no_verifier.exit_code == 2 and "--verifier" in no_verifier.output
@@ -155,28 +119,13 @@ def test_exit_codes(demo_db, tmp_path, monkeypatch):
         "attribute", "--db", tmp_path / "none.sqlite", "--session", "s1", "--verifier", VERIFIER
     )
     assert missing.exit_code == 1 and "record or import" in missing.output
-    unknown = run(
-        "attribute", "--db", demo_db, "--session", "nope", "--agent", AGENT, "--verifier", VERIFIER
-    )
+    unknown = attribute(demo_db, "nope")
     assert unknown.exit_code == 1
 
 
 def test_export_otlp(demo_db):
     with Receiver() as receiver:
-        result = run(
-            "attribute",
-            "--db",
-            demo_db,
-            "--session",
-            "s1",
-            "--agent",
-            AGENT,
-            "--verifier",
-            VERIFIER,
-            "--no-save",
-            "--export-otlp",
-            receiver.url,
-        )
+        result = attribute(demo_db, "s1", "--no-save", "--export-otlp", receiver.url)
         assert result.exit_code == 0, result.output
         names = [s.name for s in receiver.spans()]
     assert names.count("agent_replay.attribution") == 1
@@ -184,42 +133,13 @@ def test_export_otlp(demo_db):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    refused = run(
-        "attribute",
-        "--db",
-        demo_db,
-        "--session",
-        "s1",
-        "--agent",
-        AGENT,
-        "--verifier",
-        VERIFIER,
-        "--no-save",
-        "--export-otlp",
-        f"http://127.0.0.1:{closed}",
-    )
+    refused = attribute(demo_db, "s1", "--no-save", "--export-otlp", f"http://127.0.0.1:{closed}")
     assert refused.exit_code == 1 and "receiver" in refused.output
 
 
 def test_report_regenerates_html(demo_db, tmp_path):
     prefix = tmp_path / "r"
-    assert (
-        run(
-            "attribute",
-            "--db",
-            demo_db,
-            "--session",
-            "s1",
-            "--agent",
-            AGENT,
-            "--verifier",
-            VERIFIER,
-            "--out",
-            prefix,
-            "--no-save",
-        ).exit_code
-        == 0
-    )
+    assert attribute(demo_db, "s1", "--out", prefix, "--no-save").exit_code == 0
     again = tmp_path / "again.html"
     result = run("report", "--json", tmp_path / "r.json", "--out", again, "--text")
     assert result.exit_code == 0 and "CULPRIT" in result.output

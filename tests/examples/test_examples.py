@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -51,10 +50,6 @@ def langfuse_export():
     return None
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("agent_replay.ingest") is None,
-    reason="agent_replay.ingest (the importers) is not merged on this branch yet",
-)
 def test_langfuse_import(tmp_path):
     export = langfuse_export()
     if export is None:

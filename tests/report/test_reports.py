@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from agent_replay.cli.attribute import build_report
 from agent_replay.report import (
     ReportSchemaError,
     explain,
@@ -30,10 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def full_report(traj, result):
-    data = result.to_dict()
-    data["explanation"] = explain(result, traj).to_dict()
-    data["trajectory"] = trajectory_section(traj)
-    return data
+    """The report as ``attribute`` writes it: result, explanation and recorded run."""
+    return build_report(result, traj, explain(result, traj))
 
 
 # -- schema ---------------------------------------------------------------------------------
@@ -83,40 +82,18 @@ def test_schema_version_matches_the_code():
 
 @pytest.mark.slow
 def test_schema_ships_in_the_wheel(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    if out.returncode != 0 and "hatchling" in out.stderr:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "-q",
-                "-w",
-                str(tmp_path),
-                str(ROOT),
-            ],
+    def build_wheel(*options):
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", *options, "-q"]
+        return subprocess.run(
+            [*command, "-w", str(tmp_path), str(ROOT)],
             capture_output=True,
             text=True,
             timeout=240,
         )
+
+    out = build_wheel("--no-build-isolation")
+    if out.returncode != 0 and "hatchling" in out.stderr:
+        out = build_wheel()
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -14,8 +14,10 @@ from .common import (
     friendly_errors,
     json_option,
     load_entrypoint,
+    load_optional,
     open_store,
     policy_option,
+    required_verifier_option,
     resolve_agent,
     session_option,
 )
@@ -24,13 +26,7 @@ from .common import (
 @click.command("aggregate")
 @db_option
 @agent_option
-@click.option(
-    "--verifier",
-    "verifier_spec",
-    required=True,
-    metavar="MODULE:FUNCTION",
-    help="Scores a result in [0, 1] (1 = success).",
-)
+@required_verifier_option
 @policy_option
 @click.option("--search", default=None, help="Only sessions whose id contains this text.")
 @click.option(
@@ -85,13 +81,7 @@ def aggregate_command(
 @db_option
 @session_option
 @agent_option
-@click.option(
-    "--verifier",
-    "verifier_spec",
-    required=True,
-    metavar="MODULE:FUNCTION",
-    help="Scores a result in [0, 1] (1 = success).",
-)
+@required_verifier_option
 @policy_option
 @click.option(
     "--state-scorer",
@@ -122,7 +112,7 @@ def drift_command(
 ) -> None:
     """How open the run's fate was at each step, and where it sealed."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
-    scorer = load_entrypoint(scorer_spec, "--state-scorer") if scorer_spec else None
+    scorer = load_optional(scorer_spec, "--state-scorer")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_name)

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ..console.app import reports_dir_for
 from ..model import Trajectory
 from .common import (
     agent_option,
@@ -38,11 +39,6 @@ Exit codes:
 """
 
 
-def reports_dir_for(db: Path) -> Path:
-    """Where ``attribute`` keeps a copy of each report for ``agent-replay serve``."""
-    return db.with_name(db.name + ".reports")
-
-
 def report_file_name(session_id: str) -> str:
     """A safe file name for a session's report (session ids are arbitrary text)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48].strip("._") or "session"
@@ -59,6 +55,11 @@ def build_report(result: Any, trajectory: Trajectory, explanation: Any) -> dict[
     return data
 
 
+def report_json(data: dict[str, Any]) -> str:
+    """The report as the JSON text every copy of it holds."""
+    return json.dumps(data, indent=2, ensure_ascii=False, default=repr)
+
+
 def write_reports(data: dict[str, Any], prefix: Path) -> tuple[Path, Path]:
     """``PREFIX.json`` and ``PREFIX.html``; returns both paths."""
     from ..report.html import write_html
@@ -66,7 +67,7 @@ def write_reports(data: dict[str, Any], prefix: Path) -> tuple[Path, Path]:
     prefix.parent.mkdir(parents=True, exist_ok=True)
     json_path = prefix.with_name(prefix.name + ".json")
     html_path = prefix.with_name(prefix.name + ".html")
-    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=repr) + "\n")
+    json_path.write_text(report_json(data) + "\n")
     write_html(html_path, data)
     return json_path, html_path
 
@@ -198,7 +199,6 @@ def attribute_command(
     verifier = load_entrypoint(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
-    with friendly_errors():
         agent = resolve_agent(agent_spec, trajectory, policy_name)
     progress = RolloutProgress(agent, budget=budget)
     # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
@@ -225,11 +225,11 @@ def attribute_command(
         folder = reports_dir or reports_dir_for(db)
         folder.mkdir(parents=True, exist_ok=True)
         saved = folder / report_file_name(session_id)
-        saved.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=repr) + "\n")
+        saved.write_text(report_json(data) + "\n")
         written.append(saved)
     trace_id = export_otlp(data, otlp_url) if otlp_url else None
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=repr))
+        click.echo(report_json(data))
     else:
         from ..report.text import render_text
 

@@ -133,11 +133,12 @@ def collect_command(
                 err=True,
             )
         scheme = "https" if tls else "http"
+        # a port is only bound for a transport that was given an address
         if collector.http_port is not None:
-            host = http_address.rsplit(":", 1)[0] if http_address else "127.0.0.1"
+            host = http_address.rsplit(":", 1)[0]
             click.echo(f"listening otlp/http {scheme}://{host}:{collector.http_port}")
         if collector.grpc_port is not None:
-            host = grpc_listen.rsplit(":", 1)[0] if grpc_listen else "127.0.0.1"
+            host = grpc_listen.rsplit(":", 1)[0]
             click.echo(f"listening otlp/grpc {host}:{collector.grpc_port}")
         click.echo(f"storing into {db} (pid {os.getpid()}); SIGTERM or Ctrl-C drains and stops")
         sys.stdout.flush()

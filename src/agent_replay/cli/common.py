@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import AgentReplayError
+from ..report._data import clip
 from ..store import CheckpointStore
 
 db_option = click.option(
@@ -67,17 +68,23 @@ def load_entrypoint(spec: str, what: str = "entrypoint") -> Callable[..., Any]:
     return target
 
 
+def load_optional(spec: str | None, what: str) -> Callable[..., Any] | None:
+    """:func:`load_entrypoint` for an option that may be left out (then ``None``)."""
+    return load_entrypoint(spec, what) if spec else None
+
+
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=repr))
 
 
 def short(value: Any, width: int = 60) -> str:
     """One-line preview of a step value."""
-    if value is None:
-        return "-"
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return "-" if value is None else clip(value, width)
+
+
+def outcome_word(failed: bool | None) -> str:
+    """How the CLI prints an outcome: ``FAILED``, ``passed`` or ``unknown``."""
+    return "unknown" if failed is None else ("FAILED" if failed else "passed")
 
 
 agent_option = click.option(
@@ -87,13 +94,21 @@ agent_option = click.option(
     metavar="MODULE:FUNCTION",
     help="Your agent. Omit for imported traces: they replay through the replay agent.",
 )
-verifier_option = click.option(
-    "--verifier",
-    "verifier_spec",
-    default=None,
-    metavar="MODULE:FUNCTION",
-    help="Scores a result in [0, 1] (1 = success).",
-)
+
+
+def _verifier_option(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--verifier",
+        "verifier_spec",
+        required=required,
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="Scores a result in [0, 1] (1 = success).",
+    )
+
+
+verifier_option = _verifier_option(required=False)
+required_verifier_option = _verifier_option(required=True)
 policy_option = click.option(
     "--policy",
     "policy_name",

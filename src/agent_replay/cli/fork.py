@@ -14,6 +14,7 @@ from .common import (
     friendly_errors,
     json_option,
     load_entrypoint,
+    load_optional,
     open_store,
     parse_json_arg,
     policy_option,
@@ -53,7 +54,7 @@ def fork_command(
     as_json: bool,
 ) -> None:
     """Record a branch: the recorded prefix, one intervention, then a live continuation."""
-    verifier = load_entrypoint(verifier_spec, "--verifier") if verifier_spec else None
+    verifier = load_optional(verifier_spec, "--verifier")
     kwargs: dict = {}
     if do_text is not None:
         kwargs["do"] = parse_json_arg(do_text, "--do")
@@ -101,7 +102,7 @@ def resume_command(
     if agent_spec is None:
         raise click.UsageError("resume needs --agent: it continues your agent live")
     agent = load_entrypoint(agent_spec, "--agent")
-    verifier = load_entrypoint(verifier_spec, "--verifier") if verifier_spec else None
+    verifier = load_optional(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         traj = store.load(session_id)
         resumed = resume(agent, traj, session_id=child_id, verifier=verifier, store=store)

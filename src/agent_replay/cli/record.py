@@ -13,6 +13,7 @@ from .common import (
     friendly_errors,
     json_option,
     load_entrypoint,
+    load_optional,
     parse_json_arg,
     verifier_option,
 )
@@ -44,7 +45,7 @@ def record_command(
 ) -> None:
     """Record one live run of your agent into the store."""
     agent = load_entrypoint(agent_spec, "--agent")
-    verifier = load_entrypoint(verifier_spec, "--verifier") if verifier_spec else None
+    verifier = load_optional(verifier_spec, "--verifier")
     task = parse_json_arg(task_text, "--task")
     with friendly_errors(), Session(db) as session:
         traj = session.record(agent, task, session_id=session_id, seed=seed, verifier=verifier)

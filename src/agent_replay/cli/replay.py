@@ -14,8 +14,9 @@ from .common import (
     echo_json,
     friendly_errors,
     json_option,
-    load_entrypoint,
+    load_optional,
     open_store,
+    outcome_word,
     policy_option,
     resolve_agent,
     session_option,
@@ -43,7 +44,7 @@ def replay_command(
     as_json: bool,
 ) -> None:
     """Replay a session with every step held: does the recording reproduce its outcome?"""
-    verifier = load_entrypoint(verifier_spec, "--verifier") if verifier_spec else None
+    verifier = load_optional(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         traj = store.load(session_id)
         agent = resolve_agent(agent_spec, traj, policy_name)
@@ -69,9 +70,8 @@ def replay_command(
                 f"DIVERGED at step {d.position}: {d.reason}\n  live: {d.live}\n"
                 f"  recorded: {d.recorded}"
             )
-        state = {None: "unknown", True: "FAILED", False: "passed"}[result.outcome.failed]
         click.echo(
-            f"outcome: {state}"
+            f"outcome: {outcome_word(result.outcome.failed)}"
             + (
                 ""
                 if reproduced is None

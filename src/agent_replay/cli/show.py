@@ -7,7 +7,15 @@ from pathlib import Path
 import click
 
 from ..model import Trajectory
-from .common import db_option, echo_json, friendly_errors, json_option, open_store, short
+from .common import (
+    db_option,
+    echo_json,
+    friendly_errors,
+    json_option,
+    open_store,
+    outcome_word,
+    short,
+)
 
 
 def trajectory_json(traj: Trajectory) -> dict:
@@ -46,9 +54,11 @@ def render_table(traj: Trajectory, width: int = 48) -> str:
     lines = [f"session {traj.session_id}  ({len(traj.steps)} steps, source {traj.source})"]
     if traj.outcome is not None:
         o = traj.outcome
-        state = "unknown" if o.failed is None else ("FAILED" if o.failed else "passed")
         score = "" if o.score is None else f" score {o.score:.3f}"
-        lines.append(f"outcome {state}{score}" + (f"  error {o.error['type']}" if o.error else ""))
+        lines.append(
+            f"outcome {outcome_word(o.failed)}{score}"
+            + (f"  error {o.error['type']}" if o.error else "")
+        )
     if traj.lineage is not None:
         lines.append(f"forked from {traj.lineage.parent_session} at step {traj.lineage.fork_step}")
     lines.append(f"head {traj.head_hash}")

@@ -15,7 +15,6 @@ integrity check, 500 otherwise); nothing raises out of :meth:`Console.handle`.
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import logging
 import os
@@ -30,10 +29,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from ..errors import ChainIntegrityError, SessionNotFoundError
 from ..model import Trajectory
+from ..report._data import clip, trajectory_section
 from ..report.html import CSS as REPORT_CSS
+from ..report.html import h, pretty, render_html
 from ..store import CheckpointStore, SessionSummary
 
-__all__ = ["CSP", "Console", "Response"]
+__all__ = ["CSP", "Console", "Response", "reports_dir_for"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,26 +45,16 @@ CSP = (
 )
 
 
-def h(value: Any) -> str:
-    return html.escape(value if isinstance(value, str) else str(value), quote=True)
-
-
 def url(path: str, **params: Any) -> str:
     """A same-origin link; parameters encoded, then the whole thing escaped for an attribute."""
     query = urlencode({k: v for k, v in params.items() if v is not None})
     return h(path + ("?" + query if query else ""))
 
 
-def pretty(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, indent=2, ensure_ascii=False, default=repr)
-
-
-def short(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def reports_dir_for(db: str | os.PathLike[str]) -> Path:
+    """Where ``agent-replay attribute`` keeps its reports and the console looks for them."""
+    db = Path(db)
+    return db.with_name(db.name + ".reports")
 
 
 @dataclass
@@ -136,9 +127,7 @@ class Console:
         self, db: str | os.PathLike[str], *, reports_dir: str | os.PathLike[str] | None = None
     ) -> None:
         self.db = Path(db)
-        self.reports_dir = (
-            Path(reports_dir) if reports_dir else self.db.with_name(self.db.name + ".reports")
-        )
+        self.reports_dir = Path(reports_dir) if reports_dir else reports_dir_for(self.db)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agent-replay-console")
         self.store = self._pool.submit(CheckpointStore, self.db).result()
 
@@ -267,14 +256,14 @@ class Console:
         ]
         for r in rows:
             parent = (
-                f'<a href="{url("/session", id=r.parent_session)}">{h(short(r.parent_session, 40))}</a> @ step {h(r.fork_step)}'
+                f'<a href="{url("/session", id=r.parent_session)}">{h(clip(r.parent_session, 40))}</a> @ step {h(r.fork_step)}'
                 if r.parent_session
                 else ""
             )
             score = "-" if r.score is None else f"{r.score:.2f}"
             saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.saved_ns / 1e9))
             body.append(
-                f'<tr><td><a href="{url("/session", id=r.session_id)}">{h(short(r.session_id, 60))}</a></td>'
+                f'<tr><td><a href="{url("/session", id=r.session_id)}">{h(clip(r.session_id, 60))}</a></td>'
                 f'<td class="num">{h(r.steps)}</td><td class="outcome-{h(r.outcome)}">{h(r.outcome)}</td>'
                 f'<td class="num">{h(score)}</td><td>{h(r.source)}</td><td>{parent}</td>'
                 f'<td>{"yes" if r.session_id in attributed else ""}</td><td class="sub">{h(saved)}</td></tr>'
@@ -321,7 +310,7 @@ class Console:
                 (
                     "branches",
                     ", ".join(
-                        f'<a href="{url("/session", id=c)}">{h(short(c, 50))}</a>' for c in children
+                        f'<a href="{url("/session", id=c)}">{h(clip(c, 50))}</a>' for c in children
                     ),
                 )
             )
@@ -353,14 +342,14 @@ class Console:
             facts.append(
                 (
                     "metadata",
-                    f"<details><summary>{h(short(other_meta, 60))}</summary><pre>{h(pretty(other_meta))}</pre></details>",
+                    f"<details><summary>{h(clip(other_meta, 60))}</summary><pre>{h(pretty(other_meta))}</pre></details>",
                 )
             )
         compare = (
             '<form class="inline" method="get" action="/diff">'
             f'<input type="hidden" name="a" value="{h(session_id)}">'
             '<label>Compare with <select name="b" aria-label="compare with">'
-            + "".join(f'<option value="{h(s)}">{h(short(s, 60))}</option>' for s in others)
+            + "".join(f'<option value="{h(s)}">{h(clip(s, 60))}</option>' for s in others)
             + '</select></label><button type="submit">Diff</button></form>'
             if others
             else ""
@@ -389,7 +378,7 @@ class Console:
                 f'<tr id="step-{h(s.index)}"><td class="num">{h(s.index)}</td>'
                 f'<td><b>{h(s.label)}</b><div class="sub">{h(", ".join(flags))}</div></td>'
                 f"<td>{h(s.agent or '-')}</td>"
-                f"<td><details><summary>{h(short(s.output, 70))}</summary>{inner}</details></td>"
+                f"<td><details><summary>{h(clip(s.output, 70))}</summary>{inner}</details></td>"
                 f'<td class="hash" title="{h(s.step_hash)}">{h(s.step_hash[:12])}…'
                 f"<div>in {h(s.input_hash[:10])}… out {h(s.output_hash[:10])}…</div><div>{ids}</div></td></tr>"
             )
@@ -404,7 +393,7 @@ class Console:
             + "".join(rows)
             + "</tbody></table>"
         )
-        return f"Session {short(session_id, 40)}", body
+        return f"Session {clip(session_id, 40)}", body
 
     def graph_page(self, query: dict[str, str]) -> tuple[str, str]:
         rows = {r.session_id: r for r in self._sessions()}
@@ -447,7 +436,7 @@ class Console:
                     interventions[node] = {"unreadable": str(exc)}
         svg = self._graph_svg(placed, rows, interventions, focus)
         table = "".join(
-            f'<tr><td><a href="{url("/session", id=node)}">{h(short(node, 50))}</a></td>'
+            f'<tr><td><a href="{url("/session", id=node)}">{h(clip(node, 50))}</a></td>'
             f"<td>{h(rows[node].parent_session or '-')}</td><td>{h('-' if rows[node].fork_step is None else rows[node].fork_step)}</td>"
             f"<td><pre>{h(pretty(interventions.get(node)))}</pre></td>"
             f'<td class="outcome-{h(rows[node].outcome)}">{h(rows[node].outcome)}</td></tr>'
@@ -496,13 +485,13 @@ class Console:
             color = {"failed": "#c0392b", "passed": "#1e8449"}.get(r.outcome, "#5d6677")
             title = f"{node} · {r.outcome}"
             if node in interventions:
-                title += f" · intervention {short(interventions[node], 120)}"
+                title += f" · intervention {clip(interventions[node], 120)}"
             stroke = 3 if node == focus else 1.5
             parts.append(
                 f'<a href="{url("/session", id=node)}"><title>{h(title)}</title>'
                 f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="6" fill="#fff" '
                 f'stroke="{color}" stroke-width="{stroke}"/>'
-                f'<text x="{x + 8}" y="{y + 19}">{h(short(node, 28))}</text></a>'
+                f'<text x="{x + 8}" y="{y + 19}">{h(clip(node, 28))}</text></a>'
             )
         return (
             f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
@@ -512,7 +501,7 @@ class Console:
     def reports_page(self, query: dict[str, str]) -> tuple[str, str]:
         reports = self.reports()
         rows = "".join(
-            f'<tr><td><a href="{url("/report", file=r["file"])}">{h(short(r["data"]["session_id"], 50))}</a></td>'
+            f'<tr><td><a href="{url("/report", file=r["file"])}">{h(clip(r["data"]["session_id"], 50))}</a></td>'
             f"<td>{h(r['data']['verdict'])}</td>"
             f"<td>{h('-' if r['data'].get('culprit_index') is None else str(r['data']['culprit_index']) + ' · ' + str(r['data'].get('culprit_label')))}</td>"
             f"<td>{h(r['data'].get('culprit_agent') or '-')}</td>"
@@ -530,9 +519,6 @@ class Console:
         return "Attributions", body
 
     def report_page(self, query: dict[str, str]) -> tuple[str, str]:
-        from ..report._data import trajectory_section
-        from ..report.html import render_html
-
         name = query.get("file", "")
         match = next((r for r in self.reports() if r["file"] == name), None)
         if match is None:  # only names listed from the folder: no path tricks
@@ -560,7 +546,7 @@ class Console:
             return (
                 f'<select name="{name}" aria-label="run {name}">'
                 + "".join(
-                    f'<option value="{h(s)}"{" selected" if s == chosen else ""}>{h(short(s, 60))}</option>'
+                    f'<option value="{h(s)}"{" selected" if s == chosen else ""}>{h(clip(s, 60))}</option>'
                     for s in ids
                 )
                 + "</select>"
@@ -590,7 +576,7 @@ class Console:
                     return '<td><span class="muted">—</span></td>'
                 return (
                     f'<td{klass}><b>{h(step.label)}</b> <span class="sub">{h(step.agent or "")}</span>'
-                    f"<details><summary>{h(short(step.output, 60))}</summary><b>inputs</b>"
+                    f"<details><summary>{h(clip(step.output, 60))}</summary><b>inputs</b>"
                     f"<pre>{h(pretty(step.inputs))}</pre><b>output</b><pre>{h(pretty(step.output))}</pre></details></td>"
                 )
 
@@ -607,8 +593,8 @@ class Console:
 
         body = (
             f"<h1>Diff</h1>{form}<p>{h(first)}</p><table><thead><tr><th>#</th>"
-            f'<th><a href="{url("/session", id=a_id)}">{h(short(a_id, 40))}</a> · {h(outcome(d.outcome_a))}</th>'
-            f'<th><a href="{url("/session", id=b_id)}">{h(short(b_id, 40))}</a> · {h(outcome(d.outcome_b))}</th>'
+            f'<th><a href="{url("/session", id=a_id)}">{h(clip(a_id, 40))}</a> · {h(outcome(d.outcome_a))}</th>'
+            f'<th><a href="{url("/session", id=b_id)}">{h(clip(b_id, 40))}</a> · {h(outcome(d.outcome_b))}</th>'
             "<th>what differs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         )
         return "Diff", body

@@ -17,6 +17,7 @@ See docs/instrument.md.
 from __future__ import annotations
 
 from ..capture.context import current_context, inside_step
+from ._intercept import model_hint
 from .agents import arecord_agent, areplay_agent, record_agent, replay_agent
 from .decorators import llm, memory, tool
 from .frameworks import (
@@ -62,9 +63,3 @@ __all__ = [
 def in_run() -> bool:
     """Whether the calling code runs inside a recorded or replayed run."""
     return current_context() is not None
-
-
-def model_hint() -> str | None:
-    """The model a replay plan asks the running step to use (``None``: its own choice)."""
-    ctx = current_context()
-    return ctx.model_hint if ctx is not None else None

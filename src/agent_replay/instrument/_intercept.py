@@ -39,7 +39,7 @@ from ..model import StepKind
 from . import _data
 from ._streams import make_stream
 
-__all__ = ["Interceptor", "StepSpec"]
+__all__ = ["Interceptor", "StepSpec", "model_hint"]
 
 
 @dataclass(frozen=True)
@@ -233,13 +233,10 @@ class Interceptor:
         arguments = bound.arguments
         inputs: dict[str, Any] = {}
         hidden: dict[str, Any] = {}
-        first = True
-        for pname, value in arguments.items():
-            param = params[pname]
-            if first and spec.drop_first:
-                first = False
+        for position, (pname, value) in enumerate(arguments.items()):
+            if position == 0 and spec.drop_first:
                 continue
-            first = False
+            param = params[pname]
             if param.kind is inspect.Parameter.VAR_KEYWORD:
                 for key, item in value.items():
                     if key in spec.exclude:
@@ -305,7 +302,7 @@ class Interceptor:
             if spec.drop_first and args:
                 arguments = {next(iter(self.signature.parameters)): args[0], **arguments}
             args, kwargs = self._split(arguments)
-        hint = _model_hint()
+        hint = model_hint()
         if hint is not None:
             args, kwargs = self._with_model(args, kwargs, hint)
             step.attributes = {**(step.attributes or {}), "model": hint}
@@ -366,29 +363,18 @@ class Interceptor:
         where = f"{prepared.where} output"
         try:
             if self.is_gen or self.is_async_gen or spec.iterator:
-                items = result if isinstance(result, list) else list(result)
-                data: Any = {
-                    _data.ENVELOPE: "iterator",
-                    "items": [_data.to_data(item, where=where) for item in items],
-                }
-                live: Any = items
+                envelope, live = "iterator", result if isinstance(result, list) else list(result)
             elif spec.manager_class is not None:
-                items = _drain_manager(result)
-                data = {
-                    _data.ENVELOPE: "stream",
-                    "items": [_data.to_data(item, where=where) for item in items],
-                }
-                live = items
+                envelope, live = "stream", _drain_manager(result)
             elif prepared.streaming:
-                items = result if isinstance(result, list) else _drain(result)
-                data = {
-                    _data.ENVELOPE: "stream",
-                    "items": [_data.to_data(item, where=where) for item in items],
-                }
-                live = items
+                envelope, live = "stream", result if isinstance(result, list) else _drain(result)
             else:
-                data = _data.to_data(result, where=where)
-                live = result
+                envelope, live = None, result
+            if envelope is None:
+                data = _data.to_data(live, where=where)
+            else:
+                items = [_data.to_data(item, where=where) for item in live]
+                data = {_data.ENVELOPE: envelope, "items": items}
         except CanonicalEncodingError as exc:
             _keep_encoding_error(ctx, exc)
             raise
@@ -452,7 +438,8 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(fn)
 
 
-def _model_hint() -> str | None:
+def model_hint() -> str | None:
+    """The model a replay plan asks the running step to use (``None``: its own choice)."""
     ctx = current_context()
     return ctx.model_hint if ctx is not None else None
 
@@ -514,18 +501,15 @@ def _keep_encoding_error(ctx: AgentContext, exc: CanonicalEncodingError) -> None
         driver.encoding_error = exc
 
 
-_MISSING_CLASS: dict[str, type | None] = {}
-
-
+@functools.cache
 def _optional_class(path: str | None) -> type | None:
+    """The class at ``path``, or ``None`` when there is none (looked up once per path)."""
     if path is None:
         return None
-    if path not in _MISSING_CLASS:
-        try:
-            _MISSING_CLASS[path] = _data_class(path)
-        except (ImportError, AttributeError):
-            _MISSING_CLASS[path] = None
-    return _MISSING_CLASS[path]
+    try:
+        return _data_class(path)
+    except (ImportError, AttributeError):
+        return None
 
 
 def _data_class(path: str) -> Any:

@@ -40,7 +40,6 @@ class ReplayStream:
     """
 
     def __init__(self, items: list[Any]) -> None:
-        self._items = items
         self._iterator = iter(items)
         self.response: Any = ReplayedResponse()
 
@@ -65,20 +64,17 @@ class AsyncReplayStream:
     """An asynchronous stream over recorded chunks: ``async for``, ``async with``, ``close()``."""
 
     def __init__(self, items: list[Any]) -> None:
-        self._items = items
-        self._index = 0
-        self._closed = False
+        self._iterator = iter(items)
         self.response: Any = ReplayedResponse()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
     async def __anext__(self) -> Any:
-        if self._closed or self._index >= len(self._items):
-            raise StopAsyncIteration
-        item = self._items[self._index]
-        self._index += 1
-        return item
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise StopAsyncIteration from None
 
     async def __aenter__(self) -> AsyncReplayStream:
         return self
@@ -87,7 +83,7 @@ class AsyncReplayStream:
         await self.close()
 
     async def close(self) -> None:
-        self._closed = True
+        self._iterator = iter(())
         await self.response.aclose()
 
     aclose = close

@@ -78,11 +78,10 @@ def _factory(kind: StepKind) -> Any:
         exclude: tuple[str, ...] = (),
         model_arg: str | None = None,
     ) -> Any:
-        if fn is not None:
-            return _decorate(fn, kind, name, side_effects, resamplable, tuple(exclude), model_arg)
-        return lambda f: _decorate(
-            f, kind, name, side_effects, resamplable, tuple(exclude), model_arg
-        )
+        def apply(f: Any) -> Any:
+            return _decorate(f, kind, name, side_effects, resamplable, tuple(exclude), model_arg)
+
+        return apply if fn is None else apply(fn)
 
     decorator.__name__ = decorator.__qualname__ = kind.value
     decorator.__doc__ = (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
+from dataclasses import replace
 from typing import Any
 
 from ..errors import PatchTargetError
@@ -25,6 +26,7 @@ __all__ = ["Patch", "patch", "resolve_target"]
 
 _KINDS = {"llm": StepKind.LLM, "tool": StepKind.TOOL, "memory": StepKind.MEMORY}
 _AUTO = object()  # model_arg not given: "model" for llm targets, none for the others
+_ABSENT = object()  # no such attribute
 _LOCK = threading.Lock()
 
 
@@ -90,9 +92,6 @@ def resolve_target(target: str) -> tuple[Any, str, Any]:
     return owner, attr, raw
 
 
-_ABSENT = object()
-
-
 def _raw_attribute(owner: Any, attr: str) -> Any:
     """The attribute as stored (descriptors unbound), searching a class's MRO."""
     if isinstance(owner, type):
@@ -128,14 +127,9 @@ class Patch:
     def _build(self) -> Interceptor:
         raw, owner = self._raw, self._owner
         is_class = isinstance(owner, type)
-        if isinstance(raw, staticmethod):
-            func = raw.__func__
-            original = func
-            method = False
-        elif isinstance(raw, classmethod):
-            func = raw.__func__
-            original = func
-            method = True
+        if isinstance(raw, (staticmethod, classmethod)):
+            func = original = raw.__func__
+            method = isinstance(raw, classmethod)
         elif is_class and inspect.isfunction(raw):
             func = original = raw
             method = True
@@ -153,7 +147,7 @@ class Patch:
             method = False
         spec = self.spec
         if method and not spec.drop_first:
-            spec = _replace(spec, drop_first=True)
+            spec = replace(spec, drop_first=True)
             self.spec = spec
         interceptor = Interceptor(
             original, spec, signature_of=func, outer_check=self._outer_modules
@@ -215,12 +209,6 @@ class Patch:
     def __repr__(self) -> str:
         state = "active" if self.active else "undone"
         return f"<Patch {self.target} kind={self.kind} name={self.name!r} {state}>"
-
-
-def _replace(spec: StepSpec, **changes: Any) -> StepSpec:
-    from dataclasses import replace
-
-    return replace(spec, **changes)
 
 
 def patch(

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..model import Trajectory
 
-__all__ = ["as_report", "binary_entropy", "jsonable", "trajectory_section"]
+__all__ = ["as_report", "clip", "finite", "jsonable", "trajectory_section"]
 
 
 def jsonable(value: Any) -> Any:
@@ -77,13 +77,9 @@ def as_report(
     return data
 
 
-def binary_entropy(p: float | None) -> float | None:
-    """H(p) in bits: how undecided the outcome still is at a prefix (1 = a coin flip)."""
-    if p is None or not isinstance(p, (int, float)) or math.isnan(p):
-        return None
-    if p <= 0.0 or p >= 1.0:
-        return 0.0
-    return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a number that is not NaN (report numbers may be null or NaN)."""
+    return isinstance(value, (int, float)) and not math.isnan(value)
 
 
 def fmt_effect(value: float | None) -> str:
@@ -124,6 +120,13 @@ def _message_text(value: Any) -> str | None:
     return " | ".join(out) if out else None
 
 
+def clip(value: Any, width: int = 60) -> str:
+    """``value`` on one line (JSON unless it is a string), cut to ``width`` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def preview(value: Any, width: int = 60) -> str:
     """One-line preview of recorded content (chat messages shown as ``role: text``)."""
     if value is None:
@@ -131,15 +134,7 @@ def preview(value: Any, width: int = 60) -> str:
     messages = _message_text(value)
     if messages is None and isinstance(value, Mapping):
         messages = _message_text(value.get("messages"))
-    text = (
-        messages
-        if messages is not None
-        else value
-        if isinstance(value, str)
-        else json.dumps(value, ensure_ascii=False, default=repr)
-    )
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(value if messages is None else messages, width)
 
 
 def step_content(data: Mapping[str, Any], index: int) -> Mapping[str, Any] | None:

@@ -14,14 +14,22 @@ something that is neither a result nor a report dict.
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..model import Trajectory
-from ._data import as_report, curve_value, fmt_effect, fmt_interval, fmt_rate, preview, step_content
+from ._data import (
+    as_report,
+    curve_value,
+    finite,
+    fmt_effect,
+    fmt_interval,
+    fmt_rate,
+    preview,
+    step_content,
+)
 
 __all__ = ["ROLES", "Explanation", "TraceEntry", "explain", "point_of_no_return"]
 
@@ -51,13 +59,7 @@ class TraceEntry:
     note: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "label": self.label,
-            "agent": self.agent,
-            "role": self.role,
-            "note": self.note,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -74,16 +76,9 @@ class Explanation:
     caveats: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "what": self.what,
-            "where": self.where,
-            "why": self.why,
-            "fix": self.fix,
-            "trace": [t.to_dict() for t in self.trace],
-            "point_of_no_return": self.point_of_no_return,
-            "caveats": list(self.caveats),
-        }
+        data = asdict(self)
+        data["trace"], data["caveats"] = list(data["trace"]), list(data["caveats"])
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Explanation:
@@ -121,15 +116,11 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not math.isnan(value)
-
-
 def point_of_no_return(curve: Sequence[Mapping[str, Any]], n: int) -> int | None:
     """The first evaluated position from which the failure stays locked in (see the module
     docstring); ``None`` when the factual replays do not reproduce the failure."""
     points = sorted(
-        (p for p in curve if _finite(p.get("failure_rate"))), key=lambda p: p["position"]
+        (p for p in curve if finite(p.get("failure_rate"))), key=lambda p: p["position"]
     )
     final = next((p for p in points if p["position"] == n), None)
     if final is None or final["failure_rate"] < 0.5:
@@ -185,7 +176,7 @@ def _what(data: Mapping[str, Any], event: str) -> str:
     fidelity = data.get("fidelity") or {}
     verb = "succeeded" if event == "success" else "failed"
     parts = [f"Session {session} {verb}"]
-    if _finite(outcome.get("score")):
+    if finite(outcome.get("score")):
         parts[0] += f" (verifier score {outcome['score']:.2f})"
     if outcome.get("error"):
         err = outcome["error"]
@@ -194,7 +185,7 @@ def _what(data: Mapping[str, Any], event: str) -> str:
         )
     if traj.get("task") is not None:
         parts.append(f"task {preview(traj['task'], 90)}")
-    if _finite(fidelity.get("failure_rate")):
+    if finite(fidelity.get("failure_rate")):
         rate = fidelity["failure_rate"] if event == "failure" else 1 - fidelity["failure_rate"]
         parts.append(
             f"factual replays reproduce the {event} {fmt_rate(rate)} of "
@@ -208,7 +199,7 @@ def _strength(data: Mapping[str, Any]) -> str:
     fdr = data.get("fdr") or {}
     if verdict == "separated":
         level = fdr.get("separation_confidence")
-        at = f" at {level:.1%} simultaneous confidence" if _finite(level) else ""
+        at = f" at {level:.1%} simultaneous confidence" if finite(level) else ""
         return f"separated: its effect is larger than every other step's{at}"
     if verdict == "likely":
         return (
@@ -251,9 +242,7 @@ def _where(data: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], culprit:
 
 
 def _leading_candidate(steps: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    scored = [
-        s for s in steps if not s.get("observation_only") and _finite(s.get("segment_effect"))
-    ]
+    scored = [s for s in steps if not s.get("observation_only") and finite(s.get("segment_effect"))]
     if not scored:
         return None
     best = max(scored, key=lambda s: s["segment_effect"])
@@ -271,13 +260,13 @@ def _why(
     start, end = curve_value(data, 0), curve_value(data, n)
     if culprit is None:
         parts = []
-        if end is not None and _finite(end["failure_rate"]) and end["failure_rate"] < 0.5:
+        if end is not None and finite(end["failure_rate"]) and end["failure_rate"] < 0.5:
             parts.append(
                 f"Replaying the recorded run reproduces the {event} only "
                 f"{fmt_rate(end['failure_rate'])} of the time, so there is little to attribute: "
                 "check replay fidelity first (non-deterministic tools, judge or agent code)."
             )
-        if start is not None and _finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
+        if start is not None and finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
             parts.append(
                 f"Even with every step re-drawn the {event} rate is F(0) = "
                 f"{fmt_rate(start['failure_rate'])}: the outcome comes from the task, the "
@@ -416,7 +405,7 @@ def _role(
         return "neutral", shown + "; no measurable effect"
     total = step.get("segment_effect")
     where = f"in steps {lo}-{hi - 1} (not split by the search)"
-    if _finite(total) and abs(total) > NEGLIGIBLE:
+    if finite(total) and abs(total) > NEGLIGIBLE:
         return "unresolved", (
             f"{where}: together {fmt_effect(total)} {fmt_interval(step.get('segment_interval'))}"
         )

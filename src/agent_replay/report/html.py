@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from string import Template
 from typing import Any
 
+from ..attribution.drift import entropy_bits
 from ..model import Trajectory
 from ._data import (
     as_report,
-    binary_entropy,
+    finite,
     fmt_effect,
     fmt_interval,
     fmt_rate,
@@ -257,7 +257,7 @@ def _effect_svg(step: Mapping[str, Any], isolated: bool) -> str:
     parts = [
         f'<line x1="{x(0)}" y1="1" x2="{x(0)}" y2="{height - 1}" stroke="#9aa3b2"/>',
     ]
-    if isinstance(value, (int, float)) and not math.isnan(value):
+    if finite(value):
         left, right = sorted((x(0), x(value)))
         color = "#c0392b" if value > 0 else "#1e8449"
         style = (
@@ -434,13 +434,13 @@ def _curves(data: Mapping[str, Any]) -> str:
     curve = [
         p
         for p in sorted(data.get("curve") or [], key=lambda p: p["position"])
-        if isinstance(p.get("failure_rate"), (int, float)) and not math.isnan(p["failure_rate"])
+        if finite(p.get("failure_rate"))
     ]
     failure = [
         (p["position"], p["failure_rate"], p["interval"]["low"], p["interval"]["high"])
         for p in curve
     ]
-    entropy = [(p["position"], binary_entropy(p["failure_rate"]) or 0.0, None, None) for p in curve]
+    entropy = [(p["position"], entropy_bits(p["failure_rate"]), None, None) for p in curve]
     culprit = data.get("culprit_index")
     return (
         '<section id="curves"><h2>Prefix failure curve and drift</h2>'
