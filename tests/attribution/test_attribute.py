@@ -1,5 +1,6 @@
 import asyncio
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from agent_replay import (
     attribute,
     record,
 )
+from agent_replay.attribution.aggregate import mean_interval
+from agent_replay.attribution.result import REPORT_SCHEMA_VERSION
 from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from agent_replay.errors import SuccessfulRunError, VerifierError
 from agent_replay.rollouts import ThreadExecutor
@@ -205,13 +208,31 @@ def test_aggregate_finds_the_systematic_step():
     assert "Systematic weak step: llm:choose_policy" in aggregate.to_text()
 
 
+def test_effect_interval_over_runs_follows_the_confidence():
+    values = [0.2, 0.5, 0.4, 0.7]  # mean 0.45, sample sd 0.2082
+    at95, at99 = mean_interval(values, 0.95), mean_interval(values, 0.99)
+    assert at95.high - 0.45 == pytest.approx(1.95996 * 0.208167 / 2, rel=1e-4)
+    assert at99.high - 0.45 == pytest.approx(2.57583 * 0.208167 / 2, rel=1e-4)
+    assert at99.confidence == 0.99 and at99.low == pytest.approx(0.9 - at99.high)
+
+
+def test_summary_of_a_culprit_without_an_isolated_effect(demo_run):
+    result = attribute(demo_run, support_agent, refund_approved)
+    assert "effect +" in result.summary()
+    step = result.culprit
+    lumped = dataclasses.replace(
+        step, effect=None, interval=None, segment=(1, 3), segment_effect=0.5
+    )
+    steps = tuple(lumped if s is step else s for s in result.steps)
+    summary = dataclasses.replace(result, steps=steps).summary()
+    assert "step 2 (llm:choose_policy, agent policy) steps 1-2 together +0.50" in summary
+
+
 def test_json_report_round_trip(demo_run, tmp_path):
     result = attribute(demo_run, support_agent, refund_approved, repair=True)
     path = tmp_path / "report.json"
     result.to_json(path)
-    import json
-
     data = json.loads(path.read_text())
+    assert data == result.to_dict()
     assert data["culprit_index"] == 2 and data["repair"]["valid"]
-    assert data["schema_version"]
-    assert dataclasses.is_dataclass(result)
+    assert data["schema_version"] == REPORT_SCHEMA_VERSION

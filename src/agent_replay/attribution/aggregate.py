@@ -82,6 +82,14 @@ class AggregateResult:
         return "\n".join(lines)
 
 
+def mean_interval(values: Sequence[float], confidence: float) -> Interval:
+    """Normal-approximation interval for the mean of ``values`` (two or more)."""
+    mean = statistics.fmean(values)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    half = z * statistics.stdev(values) / math.sqrt(len(values))
+    return Interval(mean - half, mean + half, confidence, "normal over runs")
+
+
 def aggregate_runs(
     trajectories: Sequence[Trajectory],
     agent: Callable[..., Any] | None,
@@ -125,10 +133,7 @@ def aggregate_runs(
     for label, runs in seen.items():
         values = effects.get(label, [])
         mean = statistics.fmean(values) if values else None
-        interval = None
-        if len(values) >= 2:
-            half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
-            interval = Interval(mean - half, mean + half, confidence, "normal over runs")
+        interval = mean_interval(values, confidence) if len(values) >= 2 else None
         rows.append(
             StepAggregate(
                 label,

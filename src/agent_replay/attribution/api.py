@@ -20,9 +20,10 @@ from .result import (
     AttributionResult,
     CurvePoint,
     Fidelity,
+    ShapleyResult,
     StepEffect,
 )
-from .stats import paired_difference
+from .stats import Interval, bonferroni, paired_difference
 
 __all__ = ["METHODS", "attribute"]
 
@@ -91,9 +92,12 @@ def attribute(
     credit = mode == "credit"
     profile = PrefixProfile(n)
 
+    def event(result: Any) -> bool:
+        return (not result.failed) if credit else result.failed
+
     def probe(position: int, seed: int) -> bool:
         (result,) = engine.run(ReplayPlan.ablate_from(position), [seed])
-        return (not result.failed) if credit else result.failed
+        return event(result)
 
     def run_position(position: int, seeds: list[int], probe_same: bool = False) -> None:
         results = engine.run(ReplayPlan.ablate_from(position), seeds, stop_if_same=probe_same)
@@ -101,19 +105,19 @@ def attribute(
             if result.same_at is not None:
                 profile.same.setdefault(position, set()).add(seed)
                 continue
-            event = (not result.failed) if credit else result.failed
+            outcome = event(result)
             # a rollout that stayed on the recorded path up to `path_end` is, exactly, the
             # rollout of every prefix plan up to there with the same seed (Coupling)
             end = position if result.path_end is None else max(position, result.path_end)
             for covered in range(position, end + 1):
-                profile.outcomes.setdefault(covered, {}).setdefault(seed, event)
+                profile.outcomes.setdefault(covered, {}).setdefault(seed, outcome)
             for covered in range(position, end):
                 profile.same.setdefault(covered, set()).add(seed)
 
     # fidelity: factual replays (everything held) - cheap, and they settle F(n)
     replays = fidelity_replays or max(initial_rollouts, 8)
     run_position(n, list(range(replays)))
-    fidelity = _fidelity(profile, n, replays, engine, confidence, credit)
+    fidelity = _fidelity(profile, n, engine, confidence, credit)
     recorded_failed = trajectory.outcome.failed if trajectory.outcome is not None else None
     observed_failed = fidelity.failure_rate >= 0.5
     if mode == "failure" and (
@@ -180,7 +184,7 @@ def attribute(
 
     shapley = agent_shapley = None
     if method in ("shapley", "both") and search is not None:
-        from .shapley import agent_shapley_values, step_shapley_values
+        from .shapley import step_shapley_values
 
         shapley = step_shapley_values(
             engine,
@@ -192,7 +196,7 @@ def attribute(
             credit=credit,
         )
         if method == "shapley" and culprit_rule == "effect" and shapley.values:
-            culprit = _shapley_culprit(shapley, trajectory)
+            culprit = _shapley_culprit(shapley)
             verdict = LIKELY if culprit is not None else UNDECIDED
     if search is not None and (
         agents
@@ -267,7 +271,6 @@ def _trace_id(trajectory: Trajectory) -> str | None:
 def _fidelity(
     profile: PrefixProfile,
     n: int,
-    replays: int,
     engine: RolloutEngine,
     confidence: float,
     credit: bool,
@@ -275,7 +278,7 @@ def _fidelity(
     rate, interval, trials = profile.rate(n, confidence)
     failure = (1 - rate) if credit else rate
     if credit:
-        interval = type(interval)(
+        interval = Interval(
             1 - interval.high, 1 - interval.low, interval.confidence, interval.method
         )
     diverged = engine.cost.diverged
@@ -317,34 +320,32 @@ def _step_effects(
     for step in trajectory.steps:
         i = step.index
         segment = next((s for s in segments if s.start <= i < s.end), None)
-        isolated = segment is not None and segment.width == 1
         unscored = i in observation_only
+        scored = segment is not None and segment.width == 1 and not unscored
         out.append(
             StepEffect(
                 index=i,
                 kind=step.kind.value,
                 name=step.name,
                 agent=step.agent,
-                effect=segment.estimate if isolated and not unscored else None,
-                interval=segment.interval if isolated and not unscored else None,
-                p_value=segment.p_value if isolated and not unscored else None,
-                decisive=bool(
-                    isolated and not unscored and (segment.start, segment.end) in decisive
-                ),
+                effect=segment.estimate if scored else None,
+                interval=segment.interval if scored else None,
+                p_value=segment.p_value if scored else None,
+                decisive=scored and (segment.start, segment.end) in decisive,
                 segment=(segment.start, segment.end) if segment else (i, i + 1),
                 segment_effect=None if segment is None else segment.estimate,
                 segment_interval=None if segment is None else segment.interval,
                 observation_only=unscored,
                 side_effects=step.side_effects,
                 action=step.output,
-                e_value=segment.e_value if isolated and not unscored else None,
+                e_value=segment.e_value if scored else None,
             )
         )
     return tuple(out)
 
 
 def _curve(profile: PrefixProfile, confidence: float, looks: int) -> tuple[CurvePoint, ...]:
-    level = 1.0 - (1.0 - confidence) / looks
+    level = bonferroni(confidence, looks)
     points = []
     for position in profile.positions():
         rate, interval, trials = profile.rate(position, level)
@@ -357,7 +358,7 @@ def _point_of_commitment(
 ) -> int | None:
     """The published package's rule, for comparison: the latest step ``i`` whose re-decision
     still rescues the run, i.e. whose ``F(n) - F(i)`` interval excludes zero."""
-    level = 1.0 - (1.0 - confidence) / looks
+    level = bonferroni(confidence, looks)
     latest = None
     for position in profile.positions():
         if position >= n:
@@ -387,7 +388,7 @@ def _verdict(search: SearchResult | None, decisive: tuple[int, ...]) -> tuple[in
     return None, UNDECIDED
 
 
-def _shapley_culprit(shapley: Any, trajectory: Trajectory) -> int | None:
+def _shapley_culprit(shapley: ShapleyResult) -> int | None:
     best = max(range(len(shapley.values)), key=lambda i: shapley.values[i])
     if shapley.intervals[best].low <= 0:
         return None

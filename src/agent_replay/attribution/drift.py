@@ -140,15 +140,10 @@ def drift(
         rates.append(failures / rollouts)
         intervals.append(clopper_pearson(failures, rollouts, confidence))
     entropy = tuple(entropy_bits(p) for p in rates)
-    commitment = None
-    for position in range(n, -1, -1):
-        if entropy[position] > sealed_bits:
-            commitment = position if position < n else None
-            break
-    else:
-        commitment = -1 if n else None
-    if commitment == -1:
-        commitment = None  # sealed from the start: no step sealed it
+    # the last position whose outcome is still open; the step there sealed it (none when the
+    # outcome is open even with every step held, or sealed from the start)
+    last_open = next((p for p in range(n, -1, -1) if entropy[p] > sealed_bits), n)
+    commitment = last_open if last_open < n else None
     health = None
     silent, decay_step = False, None
     if state_scorer is not None:

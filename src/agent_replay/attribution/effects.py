@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from .stats import (
     Interval,
+    bonferroni,
     clopper_pearson,
     e_bh,
     e_value_positive,
@@ -204,7 +205,7 @@ def _segments(
     profile: PrefixProfile, confidence: float, looks: int, observation_only: frozenset[int]
 ) -> list[Segment]:
     positions = profile.positions()
-    level = 1.0 - (1.0 - confidence) / looks
+    level = bonferroni(confidence, looks)
     return [
         _segment(profile, a, b, level, looks, observation_only)
         for a, b in itertools.pairwise(positions)
@@ -234,7 +235,7 @@ def _partition(
     that could compete stays on its own. Fewer segments compared means a smaller multiplicity
     correction, and a merged run uses the pairs between its far endpoints directly.
     """
-    level = 1.0 - (1.0 - confidence) / looks
+    level = bonferroni(confidence, looks)
     threshold = candidate.estimate / 2
 
     def merge(side: list[Segment]) -> list[Segment]:
@@ -255,17 +256,28 @@ def _partition(
     return [*left, candidate, *right]
 
 
-def _bounds(
-    segments: list[Segment], candidate: Segment, confidence: float, looks: int
-) -> list[tuple[Segment, float, float]]:
-    """Simultaneous one-sided bounds: the candidate's lower bound and every other segment's
-    upper bound, each failing with probability alpha / (looks * segments)."""
-    tail = (1.0 - confidence) / (looks * max(1, len(segments)))
-    out = []
-    for segment in segments:
-        low, high = effect_bounds(segment.b_only, segment.a_only, segment.pairs, tail)
-        out.append((segment, low, high))
-    return out
+def _separation(
+    profile: PrefixProfile,
+    segments: list[Segment],
+    candidate: Segment,
+    confidence: float,
+    looks: int,
+    observation_only: frozenset[int],
+) -> tuple[list[tuple[Segment, float, float]], float, list[Segment]]:
+    """The candidate checked against the coarsest partition (:func:`_partition`):
+    simultaneous one-sided bounds ``(segment, low, high)`` for every segment of it, each
+    failing with probability alpha / (looks * segments); the candidate's lower bound; and the
+    other segments whose upper bound reaches it (the candidate is separated when that lower
+    bound is positive and none do)."""
+    partition = _partition(profile, segments, candidate, confidence, looks, observation_only)
+    tail = (1.0 - confidence) / (looks * max(1, len(partition)))
+    bounds = [
+        (segment, *effect_bounds(segment.b_only, segment.a_only, segment.pairs, tail))
+        for segment in partition
+    ]
+    low = next(lo for seg, lo, _ in bounds if seg is candidate)
+    blockers = [seg for seg, _, high in bounds if seg is not candidate and high >= low]
+    return bounds, low, blockers
 
 
 def significant(segment: Segment, compared: int, alpha: float) -> bool:
@@ -460,10 +472,9 @@ def search_effects(
                 stop_reason = "budget"
                 break
             continue
-        partition = _partition(profile, segments, candidate, confidence, looks, observation_only)
-        separation = _bounds(partition, candidate, confidence, looks)
-        low = next(lo for seg, lo, _ in separation if seg is candidate)
-        blockers = [seg for seg, _, high in separation if seg is not candidate and high >= low]
+        separation, low, blockers = _separation(
+            profile, segments, candidate, confidence, looks, observation_only
+        )
         if low > 0 and not blockers:
             stop_reason = "separated"
             break
@@ -510,10 +521,10 @@ def search_effects(
     candidate = _candidate(segments, observation_only)
     separated = stop_reason == "separated"
     if not separated and candidate is not None and candidate.width == 1:
-        partition = _partition(profile, segments, candidate, confidence, looks, observation_only)
-        separation = _bounds(partition, candidate, confidence, looks)
-        low = next(lo for seg, lo, _ in separation if seg is candidate)
-        separated = low > 0 and all(hi < low for seg, _, hi in separation if seg is not candidate)
+        separation, low, blockers = _separation(
+            profile, segments, candidate, confidence, looks, observation_only
+        )
+        separated = low > 0 and not blockers
     if fdr_method == "e-bh":
         rejected = e_bh([s.e_value for s in segments], alpha)
     else:

@@ -13,12 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import canonical
 from ..capture.run import Verifier
-from ..errors import CanonicalEncodingError
 from ..model import Trajectory
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutCache, RolloutEngine
+from .repair import value_key
 
 __all__ = ["FaithfulnessResult", "faithfulness"]
 
@@ -45,13 +44,6 @@ class FaithfulnessResult:
         }
 
 
-def _key(value: Any) -> bytes:
-    try:
-        return canonical.encode(value)
-    except CanonicalEncodingError:
-        return repr(value).encode()
-
-
 def faithfulness(
     trajectory: Trajectory,
     agent: Callable[..., Any],
@@ -74,10 +66,10 @@ def faithfulness(
         for a, b in zip(runs[i], runs[i + 1], strict=True):
             out_a = _step_output(a, i)
             out_b = _step_output(b, i)
-            if out_a is None or out_b is None or _key(out_a) == _key(out_b):
+            if out_a is None or out_b is None or value_key(out_a) == value_key(out_b):
                 continue
             changed += 1
-            moved += _key(a.result) != _key(b.result)
+            moved += value_key(a.result) != value_key(b.result)
         sensitivity.append(moved / changed if changed else None)
     scored = [s for s in sensitivity[:-1] if s is not None] if n > 1 else []
     faithful = bool(scored) and max(scored) >= threshold

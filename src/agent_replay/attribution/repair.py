@@ -36,7 +36,8 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
 
 
-def _key(value: Any) -> bytes:
+def value_key(value: Any) -> bytes:
+    """A key equal for equal values: the canonical encoding (``repr`` when it has none)."""
     try:
         return canonical.encode(value)
     except CanonicalEncodingError:
@@ -66,14 +67,14 @@ def find_minimal_repair(
         if result.failed or step not in result.positions:
             continue
         action = result.drafts[result.positions.index(step)].action
-        key = _key(action)
+        key = value_key(action)
         values[key] = action
         harvested[key] += 1
     pool += [(values[key], "rollouts") for key, _ in harvested.most_common()]
-    original_key = _key(recorded.action)
+    original_key = value_key(recorded.action)
     seen, unique = set(), []
     for value, source in pool:
-        key = _key(value)
+        key = value_key(value)
         if key in seen or key == original_key:
             continue
         seen.add(key)

@@ -373,11 +373,17 @@ class AttributionResult:
             head = f"undecided ({self.stop_reason})"
         else:
             c = self.culprit
+            if c.effect is not None and c.interval is not None:
+                effect = f"effect {c.effect:+.2f} [{c.interval.low:+.2f}, {c.interval.high:+.2f}]"
+            elif c.segment_effect is not None:  # named by another rule, not isolated
+                first, end = c.segment
+                effect = f"steps {first}-{end - 1} together {c.segment_effect:+.2f}"
+            else:
+                effect = "effect not estimated"
             head = (
                 f"step {c.index} ({c.label}"
                 + (f", agent {c.agent}" if c.agent else "")
-                + f") effect {c.effect:+.2f} [{c.interval.low:+.2f}, {c.interval.high:+.2f}]"
-                f" - {self.verdict}"
+                + f") {effect} - {self.verdict}"
             )
         return (
             f"{self.session_id}: {head}; {self.cost.get('rollouts', 0)} rollouts, "

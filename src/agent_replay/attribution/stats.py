@@ -26,6 +26,7 @@ __all__ = [
     "E_ALTERNATIVES",
     "Interval",
     "binomial_cdf",
+    "bonferroni",
     "clopper_pearson",
     "cp_lower",
     "cp_upper",
@@ -66,6 +67,11 @@ class Interval:
         }
 
 
+def bonferroni(confidence: float, parts: int) -> float:
+    """The level of each of ``parts`` statements that hold jointly at ``confidence``."""
+    return 1.0 - (1.0 - confidence) / parts
+
+
 def binomial_cdf(k: int, n: int, p: float) -> float:
     """P(X <= k) for X ~ Binomial(n, p), summed in log space (exact enough for n <= 1e5)."""
     if k < 0:
@@ -103,11 +109,13 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> In
     """Exact two-sided interval for a binomial proportion."""
     if trials <= 0:
         return Interval(0.0, 1.0, confidence, "clopper-pearson")
-    alpha = 1.0 - confidence
-    x, n = successes, trials
-    low = 0.0 if x == 0 else _lower(x, n, alpha / 2)
-    high = 1.0 if x == n else _upper(x, n, alpha / 2)
-    return Interval(low, high, confidence, "clopper-pearson")
+    tail = (1.0 - confidence) / 2
+    return Interval(
+        cp_lower(successes, trials, tail),
+        cp_upper(successes, trials, tail),
+        confidence,
+        "clopper-pearson",
+    )
 
 
 @lru_cache(maxsize=65536)
@@ -143,15 +151,9 @@ def _upper(x: int, n: int, tail: float) -> float:
 
 
 def _lower(x: int, n: int, tail: float) -> float:
-    # smallest p with P(X >= x; p) >= tail, i.e. 1 - P(X <= x - 1; p) >= tail
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if 1.0 - binomial_cdf(x - 1, n, mid) < tail:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    # smallest p with P(X >= x; p) = 1 - P(X <= x - 1; p) >= tail; it increases in p, so
+    # bisect its negation
+    return _solve(lambda p: -(1.0 - binomial_cdf(x - 1, n, p)), -tail)
 
 
 @lru_cache(maxsize=65536)
@@ -160,7 +162,7 @@ def paired_difference(
 ) -> Interval:
     """Interval for ``p10 - p01``: ``first_only`` pairs had the event only in arm one,
     ``second_only`` only in arm two, out of ``pairs`` (see the module docstring)."""
-    half = 1.0 - (1.0 - confidence) / 2
+    half = bonferroni(confidence, 2)
     a = clopper_pearson(first_only, pairs, half)
     b = clopper_pearson(second_only, pairs, half)
     return Interval(

@@ -85,21 +85,19 @@ def fork(
     elif model is not None:
         plan, intervention = plan.swap_model(model), {"model": model}
     else:
-        plan, intervention = plan.edit(at_step, edit or {}), {"edit": dict(edit or {})}
-    result = replay(
-        agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
-    )
-    child = result.trajectory(
+        plan, intervention = plan.edit(at_step, edit), {"edit": dict(edit)}
+    return _branch(
+        agent_fn,
+        trajectory,
+        plan,
         session_id or f"{trajectory.session_id}-fork-{at_step}",
-        lineage=Lineage(trajectory.session_id, at_step, intervention),
-        task=trajectory.task,
-        seed=trajectory.seed,
-        metadata={"source": "fork"},
+        Lineage(trajectory.session_id, at_step, intervention),
+        "fork",
+        seed=seed,
+        verifier=verifier,
+        store=store,
+        pass_context=pass_context,
     )
-    target = _store_of(store)
-    if target is not None:
-        target.save(child, replace=False)
-    return child
 
 
 def resume(
@@ -118,21 +116,49 @@ def resume(
     effects included: this continues the real run). A run that crashed while recording picks
     up where it stopped. With ``store`` the resumed run is saved.
     """
-    plan = replace(ReplayPlan.factual(), resume=True)
+    return _branch(
+        agent_fn,
+        trajectory,
+        replace(ReplayPlan.factual(), resume=True),
+        session_id or f"{trajectory.session_id}-resumed",
+        Lineage(trajectory.session_id, len(trajectory.steps), {"resume": True}),
+        "resume",
+        seed=seed,
+        verifier=verifier,
+        store=store,
+        pass_context=pass_context,
+    )
+
+
+def _branch(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    plan: ReplayPlan,
+    session_id: str,
+    lineage: Lineage,
+    source: str,
+    *,
+    seed: int,
+    verifier: Verifier | None,
+    store: Any,
+    pass_context: bool,
+) -> Trajectory:
+    """Replay ``trajectory`` under ``plan`` and record the result as a child run (saved to
+    ``store`` when given)."""
     result = replay(
         agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
     )
-    resumed = result.trajectory(
-        session_id or f"{trajectory.session_id}-resumed",
-        lineage=Lineage(trajectory.session_id, len(trajectory.steps), {"resume": True}),
+    child = result.trajectory(
+        session_id,
+        lineage=lineage,
         task=trajectory.task,
         seed=trajectory.seed,
-        metadata={"source": "resume"},
+        metadata={"source": source},
     )
     target = _store_of(store)
     if target is not None:
-        target.save(resumed, replace=False)
-    return resumed
+        target.save(child, replace=False)
+    return child
 
 
 @dataclass(frozen=True)

@@ -126,16 +126,6 @@ class ReplayPlan:
     def model_for(self, index: int) -> str | None:
         return self.models.get(index, self.model_override)
 
-    @property
-    def is_factual(self) -> bool:
-        return (
-            self.hold_before == _EVERYTHING
-            and not self.forced
-            and not self.removed
-            and not self.observed
-            and not self.edited
-        )
-
     def validate(self, trajectory: Trajectory) -> None:
         """Raise :class:`PlanError` when the plan cannot apply to ``trajectory``."""
         n = len(trajectory.steps)

@@ -19,8 +19,9 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -250,15 +251,18 @@ class RolloutEngine:
         next position needs to know.
         """
         seeds = list(seeds)
-        prefix = share and is_prefix_plan(plan)
+        prefix_plan = is_prefix_plan(plan)
+        prefix = share and prefix_plan
         stop_if_same = stop_if_same and prefix
-        cacheable = self.cache is not None and is_prefix_plan(plan) and not stop_if_same
+        cacheable = self.cache is not None and prefix_plan and not stop_if_same
         results: dict[int, ReplayResult] = {}
         todo = []
         for seed in seeds:
             cached = self.cache.get(plan, seed) if cacheable else None
-            if cached is not None and (share or not (cached.rejoined or cached.same_at)):
-                results[seed] = cached  # callers wanting the steps need a full execution
+            # the cache never holds stopped rollouts (same_at); callers wanting the steps
+            # need a full execution, not a rejoined one
+            if cached is not None and (share or not cached.rejoined):
+                results[seed] = cached
             else:
                 todo.append(RolloutRequest(plan, seed, prefix, stop_if_same))
         started = time.perf_counter()
@@ -278,40 +282,24 @@ class RolloutEngine:
         return sum(r.failed for r in outcomes) / max(1, len(outcomes))
 
     def _rollout(self, request: RolloutRequest) -> ReplayResult:
-        try:
-            return replay(
-                self.agent,
-                self.trajectory,
-                request.plan,
-                seed=request.seed,
-                verifier=self.verifier,
-                pass_context=self.pass_context,
-                verify=False,
-                coupling=self.coupling if request.coupled else None,
-                stop_if_same_at=_stop_at(request),
-            )
-        except VerifierError as exc:
-            raise VerifierError(
-                f"{exc} [rollout {request.seed}, plan {request.plan.describe()}]"
-            ) from exc
+        with _naming_rollout(request):
+            return replay(self.agent, self.trajectory, request.plan, **self._options(request))
 
     async def _rollout_async(self, request: RolloutRequest) -> ReplayResult:
-        try:
+        with _naming_rollout(request):
             return await areplay(
-                self.agent,
-                self.trajectory,
-                request.plan,
-                seed=request.seed,
-                verifier=self.verifier,
-                pass_context=self.pass_context,
-                verify=False,
-                coupling=self.coupling if request.coupled else None,
-                stop_if_same_at=_stop_at(request),
+                self.agent, self.trajectory, request.plan, **self._options(request)
             )
-        except VerifierError as exc:
-            raise VerifierError(
-                f"{exc} [rollout {request.seed}, plan {request.plan.describe()}]"
-            ) from exc
+
+    def _options(self, request: RolloutRequest) -> dict[str, Any]:
+        return {
+            "seed": request.seed,
+            "verifier": self.verifier,
+            "pass_context": self.pass_context,
+            "verify": False,
+            "coupling": self.coupling if request.coupled else None,
+            "stop_if_same_at": request.plan.hold_before if request.stop_if_same else None,
+        }
 
     def _account(self, result: ReplayResult) -> None:
         with self._lock:
@@ -330,8 +318,15 @@ class RolloutEngine:
                 self.records.append(result.to_record())
 
 
-def _stop_at(request: RolloutRequest) -> int | None:
-    return request.plan.hold_before if request.stop_if_same else None
+@contextmanager
+def _naming_rollout(request: RolloutRequest) -> Iterator[None]:
+    """Name the rollout and plan in a verifier error raised inside."""
+    try:
+        yield
+    except VerifierError as exc:
+        raise VerifierError(
+            f"{exc} [rollout {request.seed}, plan {request.plan.describe()}]"
+        ) from exc
 
 
 AblationEngine = RolloutEngine
