@@ -5,11 +5,12 @@
 2. Concurrency: 1,000 rollouts of an async 10-step agent whose every live step waits 20 ms,
    at concurrency 64, against the ideal (1000 x 10 x 20 ms / 64). Target: <= 1.25x.
 
-    python benchmarks/attribution_overhead.py
+    python benchmarks/attribution_overhead.py    [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
@@ -89,5 +90,8 @@ def concurrency(count: int = 1000, limit: int = 64) -> None:
 
 
 if __name__ == "__main__":
-    overhead()
-    concurrency()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few runs: checks it runs")
+    args = parser.parse_args()
+    overhead(repeats=1 if args.quick else 7)
+    concurrency(count=64 if args.quick else 1000)

@@ -13,11 +13,12 @@ cancels out):
 * replay, re-drawn - inside ``replay_agent`` with ``ablate_from(0)``: every call live again
 * replay, held     - a factual replay: every call served from the recording, no HTTP
 
-    python benchmarks/interception.py
+    python benchmarks/interception.py    [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -78,7 +79,7 @@ def per_call_us(run) -> float:
     return (time.perf_counter() - start) / CALLS * 1e6
 
 
-def main() -> None:
+def main(repeats: int = REPEATS) -> None:
     agent()  # warm up the client (connection pool, model classes)
     with instrument.installed("openai"):
         trajectory = record_agent(agent)
@@ -90,7 +91,7 @@ def main() -> None:
         "replay, held": [],
     }
     redraw = ReplayPlan.ablate_from(0)
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         samples["bare"].append(per_call_us(agent))
         with instrument.installed("openai"):
             samples["patched, no run"].append(per_call_us(agent))
@@ -100,7 +101,7 @@ def main() -> None:
             )
             samples["replay, held"].append(per_call_us(lambda: replay_agent(agent, trajectory)))
     bare = statistics.median(samples["bare"])
-    print(f"openai {openai.__version__}, {CALLS} calls per run, median of {REPEATS} runs")
+    print(f"openai {openai.__version__}, {CALLS} calls per run, median of {repeats} runs")
     print(f"{'variant':<18}{'us/call':>10}{'vs bare':>10}{'paired overhead us':>20}")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -109,4 +110,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few runs: checks it runs")
+    main(repeats=3 if parser.parse_args().quick else REPEATS)

@@ -6,11 +6,12 @@ policy and whose rng is one ``random.Random``, and (b) under ``replay`` with a p
 Each variant is timed over many rollouts, interleaved and repeated; medians are printed with
 the ratio to the bare agent.
 
-    python benchmarks/replay_overhead.py
+    python benchmarks/replay_overhead.py    [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import time
@@ -68,4 +69,7 @@ def main(rounds: int = 2000, repeats: int = 7) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few rounds: checks it runs")
+    args = parser.parse_args()
+    main(*((100, 2) if args.quick else ()))
