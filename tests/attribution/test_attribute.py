@@ -36,6 +36,12 @@ def test_demo_culprit_agent_and_repair(demo_run):
     assert result.verdict == "separated" and result.stop_reason == "separated"
     assert result.culprit.interval.low > 0
     assert result.repair.valid and result.repair.replacement == "refund_policy_2026"
+    # the deploy-time guard is runnable Python that swaps exactly the failing action
+    namespace: dict = {}
+    exec(result.repair.to_guard(), namespace)
+    (guard,) = (f for name, f in namespace.items() if name.startswith("guard_"))
+    assert guard(result.repair.original) == "refund_policy_2026"
+    assert guard("something else") == "something else"
     assert result.fidelity.reproduces and result.fidelity.failure_rate == 1.0
     assert result.steps[6].observation_only  # send_reply has side effects: never scored
     assert result.steps[6].effect is None
@@ -135,6 +141,20 @@ def test_tiny_budget_is_undecided_with_intervals(demo_run):
     assert result.culprit_index is None and result.verdict == "undecided"
     assert result.stop_reason == "budget"
     assert result.curve  # the intervals measured so far are reported
+
+
+@pytest.mark.parametrize("family", ["J", "B"])
+def test_the_budget_is_a_hard_cap(family):
+    """Rollouts stop early at different lengths, so sizing chunks by the average cost alone
+    overshot budgets by a few percent (family J); the cap now holds for every instance."""
+    for index in range(20):
+        instance = families.FAMILIES[family](index)
+        trajectory, _ = families.find_failing_recording(instance, record)
+        n = len(trajectory.steps)
+        budget = 50 * n * (n + 1) // 2 / 3
+        families.LIVE[0] = 0
+        result = attribute(trajectory, instance.agent, instance.verifier, budget=budget)
+        assert families.LIVE[0] == result.cost["live_steps"] <= budget, (family, index)
 
 
 def test_verifier_errors_name_the_rollout(demo_run):

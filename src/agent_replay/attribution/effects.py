@@ -359,17 +359,21 @@ def search_effects(
     observed_cost: dict[tuple[int, bool], float] = {}
 
     def run_within_budget(position: int, missing: list[int], probe_same: bool) -> bool:
-        """Run ``missing`` seeds in chunks while the budget allows, estimating each chunk's
-        cost from what this kind of rollout cost so far (worst case at first); True when
-        all ran."""
+        """Run ``missing`` seeds in chunks while the budget allows; True when all ran.
+
+        A chunk is sized by what this kind of rollout cost so far, but never beyond what the
+        budget covers if every rollout in it re-drew all its ``n - position`` steps: the
+        budget is a hard cap, not a target."""
         if budget is None or position >= n:  # factual replays re-draw nothing
             run_position(position, missing, probe_same)
             return True
         key = (position, probe_same)
+        worst = n - position
         done = 0
         while done < len(missing):
-            per_rollout = observed_cost.get(key, n - position)
-            fits = int((budget - spent()) // max(per_rollout, 1e-9))
+            remaining = budget - spent()
+            per_rollout = observed_cost.get(key, worst)
+            fits = min(int(remaining // max(per_rollout, 1e-9)), int(remaining // worst))
             take = min(len(missing) - done, fits, 32)
             if take <= 0:
                 return False
