@@ -8,9 +8,10 @@ published package (trajectory-causal-attribution 1.0.0) in one command.
 Rows per family (20 seeded instances each by default; ground truth = the step whose action
 introduced the error, known by construction in ``families.py``):
 
-* ``agent-replay, budget``: this package with ``budget`` set to a fraction of what the
-  published package spends at R = 50 (R * n(n+1)/2 live step executions): 1/3 on every
-  family, 0.1 on the long-run family G. This is the cost-matched comparison.
+* ``agent-replay, budget``: this package with ``budget`` set to a fraction of the live step
+  executions the published package spent at R = 50 on the same instance (measured; without
+  the published package, its nominal R * n(n+1)/2): 1/3 on every family, 0.1 on the
+  long-run family G. This is the cost-matched comparison.
 * ``agent-replay, default``: this package with default settings (stops when the culprit is
   separated at 95% confidence, or at 200 rollouts per position).
 * ``published, R=50``: the published package, ``attribute(..., rollouts=50)``.
@@ -46,7 +47,9 @@ def seed_cost(n: int, rollouts: int = 50) -> int:
     return rollouts * n * (n + 1) // 2
 
 
-def run_ours(names: str, instances: int, budgeted: bool) -> list[dict]:
+def run_ours(names: str, instances: int, budgets: dict | None) -> list[dict]:
+    """Rows of this package; ``budgets`` maps (family, index) to the published package's
+    spend on that instance (missing: its nominal cost), ``None`` runs with default settings."""
     from agent_replay import record
     from agent_replay.attribution import attribute
 
@@ -59,9 +62,10 @@ def run_ours(names: str, instances: int, budgeted: bool) -> list[dict]:
                 continue
             trajectory, truth = found
             n = len(trajectory.steps)
-            budget = (
-                seed_cost(n) * BUDGET_FRACTION.get(name, DEFAULT_FRACTION) if budgeted else None
-            )
+            budget = None
+            if budgets is not None:
+                spent = budgets.get((name, index), seed_cost(n))
+                budget = spent * BUDGET_FRACTION.get(name, DEFAULT_FRACTION)
             families.LIVE[0] = 0
             started = time.perf_counter()
             result = attribute(trajectory, instance.agent, instance.verifier, budget=budget)
@@ -120,9 +124,10 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    budgeted = run_ours(args.families, args.instances, budgeted=True)
-    default = run_ours(args.families, args.instances, budgeted=False)
     seed = [] if args.no_seed else run_seed(args.families, args.instances, args.seed_venv)
+    spent = {(r["family"], r["index"]): r["live_steps"] for r in seed if not r.get("skipped")}
+    budgeted = run_ours(args.families, args.instances, budgets=spent)
+    default = run_ours(args.families, args.instances, budgets=None)
 
     header = (
         f"{'family':<7}{'n':>4}  {'budget acc':>10} {'live/case':>9} {'ratio':>6}   "
@@ -138,7 +143,7 @@ def main() -> None:
         accuracies.append(b_acc)
         ratio = b_cost / s_cost if seed else float("nan")
         print(
-            f"{name:<7}{count:>4}  {b_acc:>10.0%} {b_cost:>9.0f} {ratio:>6.2f}   "
+            f"{name:<7}{count:>4}  {b_acc:>10.0%} {b_cost:>9.0f} {ratio:>6.3f}   "
             f"{d_acc:>11.0%} {d_cost:>9.0f}   {s_acc:>13.0%} {s_cost:>9.0f}"
         )
     print("-" * len(header))
@@ -148,8 +153,9 @@ def main() -> None:
         s_mean = statistics.mean(summarise(seed, n)[0] for n in args.families)
         line += f", published {s_mean:.1%}"
     print(line)
+    spend = "the published package's measured spend" if seed else "50 n(n+1)/2 live steps"
     print(
-        f"budget = {DEFAULT_FRACTION} x (50 n(n+1)/2) live steps per case "
+        f"budget = {DEFAULT_FRACTION:.3f} x {spend} per case "
         f"({BUDGET_FRACTION['G']} for G); {time.perf_counter() - started:.0f}s"
     )
     if args.json:

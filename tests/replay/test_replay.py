@@ -143,6 +143,8 @@ def test_mock_observe_keeps_the_action():
     traj = record(agent)
     result = replay(agent, traj, ReplayPlan.factual().observe(0, "no results"))
     assert result.result == "no results" and result.drafts[0].action == "q"
+    constructed = replay(agent, traj, ReplayPlan.mock_observe(0, "no results"))
+    assert constructed.result == "no results" and constructed.drafts[0].action == "q"
 
 
 def test_swap_model_and_edit_context_reach_the_policy():
