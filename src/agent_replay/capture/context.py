@@ -370,6 +370,9 @@ class AgentContext:
         agent: str | None,
         operation: str | None,
     ) -> StepCall:
+        if agent is None:  # the acting agent (``_acting_agent``, inlined: once per step)
+            scope = _AGENT.get()
+            agent = scope[1] if scope is not None and scope[0] is self else None
         return StepCall(
             kind,
             name,
@@ -379,14 +382,18 @@ class AgentContext:
             side_effects,
             (not side_effects) if resamplable is None else resamplable,
             default,
-            agent if agent is not None else self._acting_agent(),
+            agent,
             operation,
         )
 
     def _begin(self, call: StepCall) -> Decision:
-        with self._position_lock:
+        lock = self._position_lock
+        lock.acquire()  # not ``with``: this runs once per step, and ``with`` costs twice as much
+        try:
             position = self.position
             self.position = position + 1
+        finally:
+            lock.release()
         return self._driver.begin(self, call, position)
 
     def _step(self, call: StepCall) -> Any:
@@ -567,18 +574,18 @@ _PRODUCE, _OBSERVE = 0, 1
 
 
 def _run_request(request: tuple) -> Any:
+    """Run one policy call a step asked for: ``produce`` (with the step's inputs when it takes
+    an argument) or ``observe(action)``."""
     kind, fn, argument = request
-    if kind == _PRODUCE:
-        return _invoke(fn, argument)
-    return fn(argument)
-
-
-def _invoke(produce: Callable[..., Any] | None, decision: Decision) -> Any:
-    if produce is None:
+    if kind != _PRODUCE:
+        return fn(argument)
+    if fn is None:
         return None
-    if _takes_argument(produce):
-        return produce(decision.inputs)
-    return produce()
+    code = getattr(fn, "__code__", None)
+    takes = _ARITY.get(code if code is not None else fn)  # inline hit: once per live step
+    if takes is None:
+        takes = _takes_argument(fn)
+    return fn(argument.inputs) if takes else fn()
 
 
 _ARITY: dict[Any, bool] = {}

@@ -60,6 +60,10 @@ class ReplayPlan:
     strict: bool = False
     resume: bool = False
 
+    def __post_init__(self) -> None:
+        # per trajectory length, the decision of every step (see :meth:`modes`); not a field
+        object.__setattr__(self, "_modes", {})
+
     # -- constructors (the seed's names) ---------------------------------------------------
 
     @classmethod
@@ -123,11 +127,23 @@ class ReplayPlan:
             return HOLD
         return RESAMPLE
 
+    def modes(self, n: int) -> tuple[str, ...]:
+        """:meth:`decision` of steps ``0..n-1``, computed once per plan and length (every
+        rollout of a plan reads it)."""
+        table = self._modes.get(n)
+        if table is None:
+            table = self._modes[n] = tuple(self.decision(i) for i in range(n))
+        return table
+
     def model_for(self, index: int) -> str | None:
         return self.models.get(index, self.model_override)
 
     def validate(self, trajectory: Trajectory) -> None:
         """Raise :class:`PlanError` when the plan cannot apply to ``trajectory``."""
+        if not (
+            self.held or self.forced or self.removed or self.observed or self.edited or self.models
+        ):
+            return  # names no step (factual and prefix plans): it fits every trajectory
         n = len(trajectory.steps)
         named = {
             "held": self.held,

@@ -201,9 +201,16 @@ class Replayer:
         self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
         self.same_at: int | None = None
         self._served = _served_decisions(trajectory)
-        self._step_base = derive_seed(seed, "step")
-        self._body_base = derive_seed(seed, "body")
-        self._recorded_body_base = derive_seed(self.base_seed, "body")
+        self._modes = plan.modes(len(self.recorded))
+        self._step_base: int | None = None  # derived on first use: a rollout that serves
+        self._body_base: int | None = None  # every step never draws
+
+    def _step_seed(self, position: int) -> int:
+        """The seed of re-drawn step ``position``'s stream in this rollout."""
+        base = self._step_base
+        if base is None:
+            base = self._step_base = derive_seed(self.seed, "step")
+        return stream_seed(base, position)
 
     # -- binding --------------------------------------------------------------------------
 
@@ -223,7 +230,7 @@ class Replayer:
 
     def _bound(self, call: StepCall, position: int, recorded: Step) -> Decision:
         plan = self.plan
-        mode = plan.decision(position)
+        mode = self._modes[position]
         same_inputs = call.inputs == recorded.inputs or _same_inputs(call.inputs, recorded)
         if not same_inputs and not self.changed:
             # nothing upstream changed, yet the agent asks something else: it is not
@@ -231,7 +238,8 @@ class Replayer:
             self._diverge(call, position, "inputs differ from the recording")
             return self._live(call, position)
         if mode == HOLD:
-            return self._serve(call, recorded, position, exact=same_inputs)
+            known = self._served[position] if same_inputs else None
+            return known or self._serve(call, recorded, position, exact=same_inputs)
         if mode == REMOVE:
             self.changed = True
             return Decision(
@@ -280,7 +288,7 @@ class Replayer:
         return Decision(
             position=position,
             inputs=inputs,
-            seed=stream_seed(self._step_base, position),
+            seed=self._step_seed(position),
             run_produce=True,
             run_observe=call.observe is not None,
             model_hint=plan.model_for(position),
@@ -292,7 +300,7 @@ class Replayer:
         decision = Decision(
             position=position,
             inputs=call.inputs,
-            seed=stream_seed(self._step_base, position),
+            seed=self._step_seed(position),
             run_produce=False,
             action=action,
             state=("forced", recorded),
@@ -349,7 +357,7 @@ class Replayer:
         decision = Decision(
             position=position,
             inputs=call.inputs,
-            seed=stream_seed(self._step_base, position),
+            seed=self._step_seed(position),
             run_produce=True,
             run_observe=call.observe is not None,
             model_hint=self.plan.model_override,
@@ -433,9 +441,12 @@ class Replayer:
                 self.tokens_estimated = True
 
     def body_seed(self, segment: int) -> int:
-        if self.changed:
-            return stream_seed(self._body_base, segment)
-        return stream_seed(self._recorded_body_base, segment)
+        if not self.changed:  # the recording's own body streams (derive_seed is cached)
+            return stream_seed(derive_seed(self.base_seed, "body"), segment)
+        base = self._body_base
+        if base is None:
+            base = self._body_base = derive_seed(self.seed, "body")
+        return stream_seed(base, segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         if not self.changed:
@@ -691,7 +702,7 @@ def _result(
         path_end=_path_end(driver),
         same_at=driver.same_at,
         positions=positions,
-        _material=tuple(driver.steps[p] for p in positions),
+        _material=tuple(map(driver.steps.__getitem__, positions)),
     )
 
 
