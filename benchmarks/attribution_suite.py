@@ -25,20 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-import venv
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import families  # noqa: E402
+from published import DEFAULT_VENV, run_published  # noqa: E402
 
-SEED_PACKAGE = "trajectory-causal-attribution==1.0.0"
 BUDGET_FRACTION = {"G": 0.1}
 DEFAULT_FRACTION = 1 / 3
 
@@ -84,26 +81,9 @@ def run_ours(names: str, instances: int, budgets: dict | None) -> list[dict]:
     return rows
 
 
-def seed_python(where: Path) -> Path:
-    python = where / ("Scripts" if os.name == "nt" else "bin") / "python"
-    if not python.exists():
-        print(f"creating {where} with {SEED_PACKAGE} (from PyPI) ...", file=sys.stderr)
-        venv.create(where, with_pip=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", SEED_PACKAGE], check=True)
-    return python
-
-
 def run_seed(names: str, instances: int, where: Path) -> list[dict]:
-    python = seed_python(where)
-    out = subprocess.run(
-        [str(python), str(HERE / "seed_runner.py"), names, str(instances), "50"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=str(HERE),
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    out = run_published(where, HERE / "seed_runner.py", names, str(instances), "50")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def summarise(rows: list[dict], name: str) -> tuple[float, float, int]:
@@ -119,7 +99,7 @@ def main() -> None:
     parser.add_argument("--families", default="".join(families.FAMILIES))
     parser.add_argument("--instances", type=int, default=20)
     parser.add_argument("--no-seed", action="store_true", help="skip the published package")
-    parser.add_argument("--seed-venv", type=Path, default=HERE.parent / ".bench" / "seed-venv")
+    parser.add_argument("--seed-venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--json", type=Path, default=None, help="also write all rows here")
     args = parser.parse_args()
 

@@ -1,23 +1,30 @@
-"""Framework overhead of one rollout on a trivial 10-step agent, side by side with the bare agent.
+"""Framework overhead of one rollout on a trivial 10-step agent, side by side with the bare agent,
+for this package and for the published one (trajectory-causal-attribution 1.0.0).
 
 The same agent function runs (a) bare, with a pass-through context whose steps just call their
-policy and whose rng is one ``random.Random``, and (b) under ``replay`` with a prefix plan
-(steps >= 5 re-drawn, the rest served from the recording) and (c) with everything re-drawn.
-Each variant is timed over many rollouts, interleaved and repeated; medians are printed with
-the ratio to the bare agent.
+policy and whose rng is one ``random.Random``, and (b) under ``replay`` with every step served
+from the recording (factual), (c) with a prefix plan (steps >= 5 re-drawn, the rest served)
+and (d) with everything re-drawn. Each variant is timed over many rollouts, interleaved and
+repeated; medians are printed with the ratio to the bare agent measured in the same process.
+The published package's rows come from this same script run under its interpreter
+(``--as-published``, in the virtual environment ``attribution_suite.py`` also uses).
 
-    python benchmarks/replay_overhead.py    [--quick]
+    python benchmarks/replay_overhead.py    [--quick] [--no-seed] [--seed-venv DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from agent_replay import ReplayPlan, record, replay
 
+HERE = Path(__file__).resolve().parent
 STEPS = 10
 
 
@@ -36,6 +43,26 @@ class BareContext:
         return produce()
 
 
+def variants(published: bool) -> dict:
+    """The four variants, through whichever ``agent_replay`` is importable here."""
+    if published:  # its API: session_id required, plans sized, plan positional
+        traj = record(agent, {"n": STEPS}, seed=1, session_id="bench")
+        plans = [ReplayPlan.factual(STEPS), *(ReplayPlan.ablate_from(i, STEPS) for i in (5, 0))]
+        options: dict = {}
+    else:
+        traj = record(agent, {"n": STEPS}, seed=1)
+        traj.verify()
+        plans = [ReplayPlan.factual(), ReplayPlan.ablate_from(5), ReplayPlan.ablate_from(0)]
+        options = {"verify": False}  # the chain is verified once above, as attribution does
+    factual, half, everything = plans
+    return {
+        "bare agent": lambda r: agent(BareContext(r), STEPS),
+        "replay, factual (all served)": lambda r: replay(agent, traj, factual, seed=r, **options),
+        "replay, half re-drawn": lambda r: replay(agent, traj, half, seed=r, **options),
+        "replay, all re-drawn": lambda r: replay(agent, traj, everything, seed=r, **options),
+    }
+
+
 def timed(fn, rounds: int) -> float:
     start = time.perf_counter()
     for r in range(rounds):
@@ -43,33 +70,48 @@ def timed(fn, rounds: int) -> float:
     return (time.perf_counter() - start) / rounds
 
 
-def main(rounds: int = 2000, repeats: int = 7) -> None:
-    traj = record(agent, {"n": STEPS}, seed=1)
-    traj.verify()
-    prefix = ReplayPlan.ablate_from(STEPS // 2)
-    everything = ReplayPlan.ablate_from(0)
-    variants = {
-        "bare agent": lambda r: agent(BareContext(r), STEPS),
-        "replay, factual (all served)": lambda r: replay(agent, traj, seed=r, verify=False),
-        "replay, half re-drawn": lambda r: replay(agent, traj, prefix, seed=r, verify=False),
-        "replay, all re-drawn": lambda r: replay(agent, traj, everything, seed=r, verify=False),
-    }
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+def measure(published: bool, rounds: int, repeats: int) -> dict[str, float]:
+    """Median seconds per rollout of each variant."""
+    runs = variants(published)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, fn in variants.items():  # interleaved: noise hits every variant alike
+        for name, fn in runs.items():  # interleaved: noise hits every variant alike
             samples[name].append(timed(fn, rounds))
-    bare = statistics.median(samples["bare agent"])
-    print(f"trivial {STEPS}-step agent, {rounds} rollouts x {repeats} repeats (medians)")
-    for name, values in samples.items():
-        per_rollout = statistics.median(values)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def show(title: str, medians: dict[str, float]) -> None:
+    bare = medians["bare agent"]
+    print(title)
+    for name, per_rollout in medians.items():
         print(
             f"  {name:<30} {per_rollout * 1e6:9.1f} us/rollout  "
             f"{per_rollout / STEPS * 1e6:7.2f} us/step  ratio {per_rollout / bare:5.2f}x"
         )
 
 
-if __name__ == "__main__":
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few rounds: checks it runs")
+    parser.add_argument("--no-seed", action="store_true", help="skip the published package")
+    parser.add_argument("--seed-venv", type=Path, default=None)
+    parser.add_argument("--as-published", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    main(*((100, 2) if args.quick else ()))
+    rounds, repeats = (100, 2) if args.quick else (2000, 7)
+    if args.as_published:  # running under the published package: medians as JSON
+        print(json.dumps(measure(True, rounds, repeats)))
+        return
+    mine = measure(False, rounds, repeats)
+    show(f"trivial {STEPS}-step agent, {rounds} rollouts x {repeats} repeats (medians)", mine)
+    if not args.no_seed:
+        sys.path.insert(0, str(HERE))
+        from published import DEFAULT_VENV, run_published
+
+        where = args.seed_venv or DEFAULT_VENV
+        extra = ["--quick"] if args.quick else []
+        out = run_published(where, Path(__file__), "--as-published", *extra)
+        show("the published package, same agent and variants", json.loads(out))
+
+
+if __name__ == "__main__":
+    main()

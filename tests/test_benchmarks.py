@@ -20,7 +20,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("capture.py", ["hooks on_start+on_end", "span lifecycle, wall", "worker thread"]),
         ("store.py", ["one transaction", "one per session", "load, every hash verified"]),
         ("recording.py", ["bare agent", "record(), no SDK", "SDK + BatchSpanProcessor"]),
-        ("replay_overhead.py", ["bare agent", "all served", "half re-drawn", "all re-drawn"]),
+        ("replay_overhead.py --quick --no-seed", ["bare agent", "all served", "all re-drawn"]),
         ("attribution_overhead.py", ["outside rollouts", "concurrency: 64 rollouts"]),
         ("interception.py", ["patched, no run", "recording", "replay, re-drawn", "replay, held"]),
         (
