@@ -1,5 +1,8 @@
+import collections
 import datetime
 import decimal
+import enum
+import json
 import math
 import uuid
 
@@ -103,3 +106,102 @@ def test_path_in_error():
 def test_decode_rejects_garbage():
     with pytest.raises(ValueError):
         canonical.decode(b'{"$bytes": "***"}')
+
+
+# -- encoding with a memo: the same bytes as without -----------------------------------------
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+class _Str(str):
+    def __str__(self) -> str:
+        return "changed"
+
+
+tricky = (
+    st.sampled_from(
+        [
+            1,
+            1.0,
+            True,
+            0.0,
+            -0.0,
+            math.nan,
+            math.inf,
+            "\ud800",
+            b"a",
+            bytearray(b"a"),
+            (1,),
+            frozenset({1}),
+            {"$tuple": [1]},
+            {"$map": []},
+            {1: "a"},
+            {True: "a"},
+            _Color.RED,
+            _Str("a"),
+            collections.OrderedDict(a=1),
+        ]
+    )
+    | st.builds(lambda: 10**5000)
+    | st.builds(object)
+)
+memo_values = st.recursive(
+    scalars | tricky,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner)
+        | st.dictionaries(st.sampled_from(["a", "b", "$tuple", "messages"]), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _outcome(value, memo=None):
+    try:
+        return canonical.encode(value, memo)
+    except CanonicalEncodingError as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=500)
+@given(st.lists(memo_values, max_size=6))
+def test_memo_gives_the_same_bytes(batch):
+    memo = canonical.Memo()
+    for value in batch:
+        assert _outcome(value, memo) == _outcome(value)
+        # again, now that its parts are in the memo, and inside the usual shapes
+        assert _outcome(value, memo) == _outcome(value)
+        for wrapped in ({"messages": [value, value]}, [value], {"action": value}):
+            assert _outcome(wrapped, memo) == _outcome(wrapped)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ([{"a": 1}], [{"a": True}]),
+        ([{"a": 1}], [{"a": 1.0}]),
+        ([[0.0]], [[-0.0]]),
+        ([[b"a"]], [[bytearray(b"a")]]),
+        ([["a"]], [[_Str("a")]]),
+        ([[1]], [[_Color.RED]]),
+        ([{"k": [1, 2]}], [{"k": (1, 2)}]),
+        ([{"1": "a"}], [{1: "a"}]),
+        ([{"b": [1]}], [{"$tuple": [1]}]),
+    ],
+)
+def test_memo_tells_apart_values_that_compare_equal(first, second):
+    memo = canonical.Memo()
+    assert canonical.encode({"messages": first}, memo) == canonical.encode({"messages": first})
+    assert _outcome({"messages": second}, memo) == _outcome({"messages": second})
+
+
+@settings(max_examples=300)
+@given(values)
+def test_c_encoder_matches_json_encoder(value):
+    reference = json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode
+    prepared = canonical._prepare(value)
+    assert canonical._dumps(prepared) == reference(prepared)

@@ -4,7 +4,7 @@ import itertools
 import pytest
 
 from agent_replay.errors import CanonicalEncodingError, ChainIntegrityError
-from agent_replay.model import GENESIS_HASH, StepDraft, StepKind, Trajectory, chain_steps
+from agent_replay.model import GENESIS_HASH, Step, StepDraft, StepKind, Trajectory, chain_steps
 
 
 def drafts(n=4):
@@ -79,3 +79,33 @@ def test_unencodable_value_names_the_step():
 def test_unknown_kind_becomes_span():
     assert StepKind.parse("WHATEVER") is StepKind.SPAN
     assert StepKind.parse("LLM") is StepKind.LLM
+
+
+def test_a_conversation_seals_to_the_same_bytes_with_and_without_the_memo():
+    # prompts repeat earlier messages: chain_steps shares their encoding through a memo
+    history = [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+    conversation = []
+    for turn in range(4):
+        reply = {"role": "assistant", "parts": [{"type": "text", "content": f"r{turn}"}]}
+        conversation.append(
+            StepDraft(
+                kind=StepKind.LLM,
+                name="chat",
+                inputs={"messages": list(history), "model": "m", "n": 1.0 if turn else 1},
+                action=[reply],
+                attributes={"tool_calls": [f"c{turn}"]},
+            )
+        )
+        history += [reply, {"role": "user", "parts": [{"type": "text", "content": True}]}]
+    chained = chain_steps(conversation)
+    prev = GENESIS_HASH
+    for index, (draft, step) in enumerate(zip(conversation, chained, strict=True)):
+        alone = Step.seal(draft, index, prev)
+        assert (alone.input_bytes, alone.output_bytes, alone.header_bytes) == (
+            step.input_bytes,
+            step.output_bytes,
+            step.header_bytes,
+        )
+        assert alone == step
+        prev = step.step_hash
+    Trajectory("s", chained).verify()

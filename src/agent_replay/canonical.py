@@ -21,13 +21,22 @@ import decimal
 import enum
 import hashlib
 import json
+import marshal
 import math
 import uuid as _uuid
 from typing import Any
 
 from .errors import CanonicalEncodingError
 
-__all__ = ["GENESIS_HASH", "decode", "digest", "encode", "encode_and_hash", "hash_value"]
+__all__ = [
+    "GENESIS_HASH",
+    "Memo",
+    "decode",
+    "digest",
+    "encode",
+    "encode_and_hash",
+    "hash_value",
+]
 
 #: ``prev_hash`` of the first step of every chain.
 GENESIS_HASH = "0" * 64
@@ -54,13 +63,47 @@ _dumps = json.JSONEncoder(
 ).encode
 
 
+def _c_dumps() -> Any:
+    """``_dumps`` without ``JSONEncoder.encode``'s per-call set-up: the same C encoder with
+    the same settings, made once. It skips the circular-reference check, which ``_prepare``
+    makes redundant (it walks every container first, so a cycle fails there)."""
+    try:
+        from json.encoder import c_make_encoder, encode_basestring
+
+        if c_make_encoder is None:
+            return None
+        chunks = c_make_encoder(
+            None, _no_default, encode_basestring, None, ":", ",", True, False, False
+        )
+    except (ImportError, TypeError):  # no C accelerator, or a different signature
+        return None
+    return lambda value: "".join(chunks(value, 0))
+
+
+def _no_default(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_dumps = _c_dumps() or _dumps
+_key = json.encoder.encode_basestring  # a dict key as _dumps writes it
+
+
 def digest(data: bytes) -> str:
     """Hex SHA-256 of ``data``: the content address used everywhere."""
     return hashlib.sha256(data).hexdigest()
 
 
-def encode(value: Any) -> bytes:
-    """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
+def encode(value: Any, memo: Memo | None = None) -> bytes:
+    """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none.
+
+    With a :class:`Memo`, parts of ``value`` that were encoded before through the same memo
+    are not encoded again; the bytes are the same.
+    """
+    if memo is not None:
+        try:
+            return _encode_shared(value, memo)
+        except Exception:  # the plain path below raises the right error, with its path
+            pass
     try:
         prepared = _prepare(value)
     except CanonicalEncodingError as exc:
@@ -76,9 +119,9 @@ def encode(value: Any) -> bytes:
         raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
 
 
-def encode_and_hash(value: Any) -> tuple[bytes, str]:
-    """``(encode(value), digest(...))`` in one call."""
-    data = encode(value)
+def encode_and_hash(value: Any, memo: Memo | None = None) -> tuple[bytes, str]:
+    """``(encode(value, memo), digest(...))`` in one call."""
+    data = encode(value, memo)
     return data, hashlib.sha256(data).hexdigest()
 
 
@@ -216,6 +259,78 @@ def _locate(value: Any, path: str = "$") -> str:
 
 def _sort_key(prepared: Any) -> bytes:
     return _dumps(prepared).encode("utf-8", "surrogatepass")
+
+
+# -- encoding with shared parts ----------------------------------------------------------------
+# The prompts of a conversation repeat every earlier message, so the steps of one chain hold
+# the same messages many times. The canonical encoding is compositional: a list is "[" + its
+# items' encodings joined by "," + "]", and a dict whose keys are all str (and that does not
+# look like a tag) is its sorted '"key":value' pairs in braces. _encode_shared assembles a
+# value's lists (at the top or directly under a top-level dict) that way from their items,
+# and looks each container item up in the memo.
+#
+# An item is looked up by its marshal bytes, which pin down the exact types as well as the
+# values (1, 1.0 and True differ; a subclass of a built-in type cannot be marshalled at all).
+# Only items that _prepare leaves unchanged (plain JSON data) are stored: marshal writes every
+# bytes-like object as bytes, so an item that equals a stored one byte for byte holds no
+# bytes-like object either, and is the same plain data with the same canonical bytes.
+
+
+class Memo:
+    """Canonical bytes of list items already encoded, reused by :func:`encode` when the same
+    item (same values and types) comes again. Use one per batch of related values (a chain's
+    steps) and drop it afterwards; it is not thread-safe."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: dict[bytes, bytes] = {}
+
+
+def _encode_shared(value: Any, memo: Memo) -> bytes:
+    """``encode(value)``, with the lists at its top, or directly under a top-level dict whose
+    keys ``_prepare`` keeps, assembled from their items."""
+    if type(value) is list:
+        return _encode_list(value, memo)
+    if (
+        type(value) is dict
+        and any(type(item) is list for item in value.values())
+        and all(type(k) is str for k in value)
+        and not (len(value) == 1 and next(iter(value)) in _TAGS)
+    ):
+        pairs = [
+            (_key(k) + ":").encode("utf-8")
+            + (_encode_list(item, memo) if type(item) is list else _plain(item))
+            for k, item in sorted(value.items())
+        ]
+        return b"{" + b",".join(pairs) + b"}"
+    return _plain(value)
+
+
+def _encode_list(value: list, memo: Memo) -> bytes:
+    parts = []
+    for item in value:
+        t = type(item)
+        if t is not dict and t is not list:
+            parts.append(_plain(item))
+            continue
+        try:
+            key = marshal.dumps(item, 2)
+        except ValueError:  # a subclass, or too deep: no key, encode it afresh
+            parts.append(_plain(item))
+            continue
+        data = memo.items.get(key)
+        if data is None:
+            prepared = _prepare(item)
+            data = _dumps(prepared).encode("utf-8")
+            if prepared is item:
+                memo.items[key] = data
+        parts.append(data)
+    return b"[" + b",".join(parts) + b"]"
+
+
+def _plain(value: Any) -> bytes:
+    return _dumps(_prepare(value)).encode("utf-8")
 
 
 # -- decoding ---------------------------------------------------------------------------------

@@ -123,24 +123,36 @@ class Step:
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
-    def seal(cls, draft: StepDraft, index: int, prev_hash: str = GENESIS_HASH) -> Step:
-        """Place ``draft`` at ``index`` after ``prev_hash``; computes every hash.
+    def seal(
+        cls,
+        draft: StepDraft,
+        index: int,
+        prev_hash: str = GENESIS_HASH,
+        *,
+        memo: canonical.Memo | None = None,
+    ) -> Step:
+        """Place ``draft`` at ``index`` after ``prev_hash``; computes every hash. ``memo``
+        lets the steps of one chain share the encoding of repeated content (see
+        :class:`canonical.Memo`); the bytes and hashes are the same without it.
 
         Raises :class:`CanonicalEncodingError` naming the step when a value cannot be
         encoded deterministically.
         """
         kind = StepKind.parse(draft.kind)
-        where = f"step {index} ({kind.value}:{draft.name})"
         try:
-            input_bytes, input_hash = canonical.encode_and_hash(draft.inputs)
+            input_bytes, input_hash = canonical.encode_and_hash(draft.inputs, memo)
         except CanonicalEncodingError as exc:
-            raise exc.located(f"{where} inputs") from None
+            raise exc.located(f"{_where(index, kind, draft)} inputs") from None
         payload = _output_payload(draft.action, draft.observation, draft.observed, draft.error)
         try:
-            output_bytes, output_hash = canonical.encode_and_hash(payload)
+            output_bytes, output_hash = canonical.encode_and_hash(payload, memo)
         except CanonicalEncodingError as exc:
-            raise exc.located(f"{where} output") from None
-        step = cls(
+            raise exc.located(f"{_where(index, kind, draft)} output") from None
+        # A frozen dataclass's __init__ sets each field through object.__setattr__; filling
+        # __dict__ directly makes the same object several times faster (this runs per step).
+        step = object.__new__(cls)
+        fields = step.__dict__
+        fields.update(
             index=index,
             kind=kind,
             name=str(draft.name),
@@ -164,13 +176,14 @@ class Step:
             step_hash="",
             input_bytes=input_bytes,
             output_bytes=output_bytes,
+            header_bytes=b"",
         )
         try:
             header_bytes = canonical.encode(step.header())
         except CanonicalEncodingError as exc:
-            raise exc.located(f"{where} attributes") from None
-        object.__setattr__(step, "step_hash", canonical.digest(header_bytes))
-        object.__setattr__(step, "header_bytes", header_bytes)
+            raise exc.located(f"{_where(index, kind, draft)} attributes") from None
+        fields["step_hash"] = canonical.digest(header_bytes)
+        fields["header_bytes"] = header_bytes
         return step
 
     # -- views ----------------------------------------------------------------------------
@@ -245,6 +258,10 @@ class Step:
         return None
 
 
+def _where(index: int, kind: StepKind, draft: StepDraft) -> str:
+    return f"step {index} ({kind.value}:{draft.name})"
+
+
 def _output_payload(action: Any, observation: Any, observed: bool, error: Any) -> dict:
     payload: dict[str, Any] = {"action": action}
     if observed:
@@ -259,8 +276,9 @@ def chain_steps(
 ) -> tuple[Step, ...]:
     """Seal ``drafts`` in order into a hash chain starting after ``prev_hash``."""
     steps = []
+    memo = canonical.Memo()  # the steps of a conversation repeat its earlier messages
     for offset, draft in enumerate(drafts):
-        step = Step.seal(draft, start_index + offset, prev_hash)
+        step = Step.seal(draft, start_index + offset, prev_hash, memo=memo)
         steps.append(step)
         prev_hash = step.step_hash
     return tuple(steps)
