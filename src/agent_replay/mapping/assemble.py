@@ -236,6 +236,7 @@ def _synthesize(items: list[_Draft]) -> list[_Draft]:
         if item.kind is StepKind.TOOL and item.draft.attributes.get("tool_call_id")
     )
     requested: dict[str, tuple[str, Any, StepDraft]] = {}
+    unanswered: set[str] = set()  # requested so far and not answered
     out: list[_Draft] = []
     tools_without_result = {
         cid: item
@@ -245,16 +246,21 @@ def _synthesize(items: list[_Draft]) -> list[_Draft]:
     }
     for item in items:
         draft = item.draft
-        if draft.kind is StepKind.LLM:
-            responses = tool_responses(_input_messages(draft))
-            for cid, response in responses.items():
+        if draft.kind is not StepKind.LLM:
+            out.append(item)
+            continue
+        # reading every response in the prompt (the whole conversation so far) is only
+        # needed while something could take one: usually every call has its tool span
+        if tools_without_result or unanswered:
+            for cid, response in tool_responses(_input_messages(draft)).items():
                 if cid in tools_without_result:
                     tool = tools_without_result.pop(cid).draft
                     tool.action = response
                     tool.attributes = {**tool.attributes, "result_from": "later llm input"}
-                elif cid in requested and cid not in answered:
+                elif cid in unanswered:
                     name, arguments, requester = requested[cid]
                     answered.add(cid)
+                    unanswered.discard(cid)
                     synthesized = StepDraft(
                         kind=StepKind.TOOL,
                         name=name or "tool",
@@ -267,9 +273,11 @@ def _synthesize(items: list[_Draft]) -> list[_Draft]:
                         attributes={"synthesized": "from a later llm input"},
                     )
                     out.append(_Draft(synthesized, tool_call_ids=[cid]))
-            for cid, name, arguments in item.requests:
-                if cid is not None and cid not in requested:
-                    requested[cid] = (name, arguments, draft)
+        for cid, name, arguments in item.requests:
+            if cid is not None and cid not in requested:
+                requested[cid] = (name, arguments, draft)
+                if cid not in answered:
+                    unanswered.add(cid)
         out.append(item)
     return out
 
@@ -281,11 +289,9 @@ def _link(items: list[_Draft]) -> None:
     for index, item in enumerate(items):
         draft = item.draft
         if draft.kind is StepKind.TOOL:
-            attributes = {
-                k: v
-                for k, v in draft.attributes.items()
-                if k not in ("requested_by", "tool_call_id")
-            }
+            attributes = dict(draft.attributes)
+            attributes.pop("requested_by", None)
+            attributes.pop("tool_call_id", None)
             match: tuple[int, str | None] | None = None
             for cid in item.tool_call_ids:
                 if cid in by_id:
