@@ -53,6 +53,28 @@ def test_resampled_steps_use_common_random_numbers():
     assert from_0.drafts[2].action[1] == from_1.drafts[2].action[1]
 
 
+def draws_agent(ctx, label):
+    return [ctx.llm(f"s{i}", produce=lambda: ctx.rng.random(), label=label) for i in range(3)]
+
+
+def test_streams_are_keyed_by_the_recording_content():
+    """Rollout r of two different runs draws independently; the same recorded content (here a
+    copy under another session id) always replays the same way."""
+    a = record(draws_agent, {"label": "a"}, seed=3)
+    b = record(draws_agent, {"label": "b"}, seed=3)
+    plan = ReplayPlan.ablate_from(0)
+    draws = {
+        name: replay(draws_agent, t, plan, seed=5).result for name, t in {"a": a, "b": b}.items()
+    }
+    assert draws["a"] != draws["b"]  # the same rollout seed, different recordings
+    twin = dataclasses.replace(a, session_id="copy")
+    assert replay(draws_agent, twin, plan, seed=5).result == draws["a"]
+    # timing is not content: the same run recorded at another time replays the same way
+    again = record(draws_agent, {"label": "a"}, seed=3)
+    assert again.head_hash != a.head_hash
+    assert replay(draws_agent, again, plan, seed=5).result == draws["a"]
+
+
 def branching_agent(ctx):
     route = ctx.llm("route", produce=lambda: ctx.rng.choice(["A", "B"]))
     if route == "A":

@@ -12,9 +12,11 @@ ones instead. Binding never searches the rest of the recording for a look-alike 
 held step on one branch can never be served another branch's output.
 
 Randomness. Re-drawn step k of rollout ``seed`` draws from the stream keyed by
-``(seed, "step", k)``: common random numbers across plans. Draws in the agent body, and
+``(seed, "step", recording, k)``, ``recording`` a digest of the recorded steps: common random
+numbers across the plans of one recording, independent draws for different recordings (so
+attributions of many runs do not share their luck). Draws in the agent body, and
 ``ctx.now()`` / ``ctx.uuid()``, come from the recording while the run is still on the recorded
-path, and from streams keyed by ``(seed, "body", segment)`` after it leaves it.
+path, and from streams keyed by ``(seed, "body", recording, segment)`` after it leaves it.
 
 Side effects. A tool declared ``side_effects=True`` is never executed live: it is held, or
 served a mock observation; a diverged run that reaches one gets a
@@ -200,7 +202,9 @@ class Replayer:
         self.rejoin_at: int | None = None
         self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
         self.same_at: int | None = None
-        self._served = _served_decisions(trajectory)
+        # streams are keyed by the recording too: rollout r of one run and rollout r of
+        # another draw independently (common random numbers hold within one recording)
+        self._served, self._recording = _prepared(trajectory)
         self._modes = plan.modes(len(self.recorded))
         self._step_base: int | None = None  # derived on first use: a rollout that serves
         self._body_base: int | None = None  # every step never draws
@@ -209,7 +213,7 @@ class Replayer:
         """The seed of re-drawn step ``position``'s stream in this rollout."""
         base = self._step_base
         if base is None:
-            base = self._step_base = derive_seed(self.seed, "step")
+            base = self._step_base = derive_seed(self.seed, "step", self._recording)
         return stream_seed(base, position)
 
     # -- binding --------------------------------------------------------------------------
@@ -445,7 +449,7 @@ class Replayer:
             return stream_seed(derive_seed(self.base_seed, "body"), segment)
         base = self._body_base
         if base is None:
-            base = self._body_base = derive_seed(self.seed, "body")
+            base = self._body_base = derive_seed(self.seed, "body", self._recording)
         return stream_seed(base, segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
@@ -455,8 +459,10 @@ class Replayer:
                 return queue.popleft()
         if kind == "uuid":
             self._uuid_count += 1
-            bits = derive_seed(self.seed, "uuid", ctx.position, self._uuid_count)
-            bits = (bits << 64) | derive_seed(self.seed, "uuid2", ctx.position, self._uuid_count)
+            bits = derive_seed(self.seed, "uuid", self._recording, ctx.position, self._uuid_count)
+            bits = (bits << 64) | derive_seed(
+                self.seed, "uuid2", self._recording, ctx.position, self._uuid_count
+            )
             return str(_uuid.UUID(int=bits, version=4))
         return live()
 
@@ -594,19 +600,25 @@ def _closest(call: StepCall, position: int, recorded: tuple[Step, ...]) -> list[
 
 _VERIFIED: dict[int, weakref.ref] = {}
 _FACTUAL = ReplayPlan.factual()
-_SERVED: dict[int, tuple[weakref.ref, list[Decision | None]]] = {}
+_PREPARED: dict[int, tuple[weakref.ref, list[Decision | None], str]] = {}
 
 
-def _served_decisions(trajectory: Trajectory) -> list[Decision | None]:
-    """Per recording, the decisions that serve a step exactly as recorded: they are the same
-    in every rollout (and never changed once made), so each is built once."""
+def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str]:
+    """Per recording, built once and shared by its rollouts: the decisions that serve a step
+    exactly as recorded (the same in every rollout, never changed once made), and the key of
+    its random streams - a digest of what each step did (kind, name, input and output
+    hashes; not timings), so the same recorded content always replays the same way."""
     key = id(trajectory)
-    entry = _SERVED.get(key)
+    entry = _PREPARED.get(key)
     if entry is not None and entry[0]() is trajectory:
-        return entry[1]
+        return entry[1], entry[2]
     decisions: list[Decision | None] = [None] * len(trajectory.steps)
-    _SERVED[key] = (weakref.ref(trajectory, lambda _r, key=key: _SERVED.pop(key, None)), decisions)
-    return decisions
+    content = canonical.hash_value(
+        [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
+    )
+    ref = weakref.ref(trajectory, lambda _r, key=key: _PREPARED.pop(key, None))
+    _PREPARED[key] = (ref, decisions, content)
+    return decisions, content
 
 
 def ensure_verified(trajectory: Trajectory) -> None:
