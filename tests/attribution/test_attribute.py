@@ -157,6 +157,19 @@ def test_the_budget_is_a_hard_cap(family):
         assert families.LIVE[0] == result.cost["live_steps"] <= budget, (family, index)
 
 
+def test_with_a_budget_the_budget_binds_not_the_rollout_cap():
+    """A rare rescue (family F) needs more than 200 cheap paired rollouts at its step: with a
+    budget and no explicit cap the search may take them, with ``rollouts=200`` it may not."""
+    instance = families.FAMILIES["F"](4)
+    trajectory, truth = families.find_failing_recording(instance, record)
+    n = len(trajectory.steps)
+    budget = 50 * n * (n + 1) // 2 / 3
+    capped = attribute(trajectory, instance.agent, instance.verifier, budget=budget, rollouts=200)
+    assert capped.stop_reason == "max_rollouts" and capped.culprit_index is None
+    result = attribute(trajectory, instance.agent, instance.verifier, budget=budget)
+    assert result.culprit_index == truth and result.cost["live_steps"] <= budget
+
+
 def test_verifier_errors_name_the_rollout(demo_run):
     calls = {"n": 0}
 

@@ -28,13 +28,17 @@ from .stats import Interval, bonferroni, paired_difference
 __all__ = ["METHODS", "attribute"]
 
 METHODS = ("contrastive", "effects", "shapley", "both")
+DEFAULT_ROLLOUTS = 200
+"""Cap on rollouts per evaluated position without a budget."""
+BUDGET_ROLLOUTS = 1600
+"""The cap when a budget is given: high enough that the budget is what stops the search."""
 
 
 def attribute(
     trajectory: Trajectory,
     agent: Callable[..., Any],
     verifier: Verifier,
-    rollouts: int = 200,
+    rollouts: int | None = None,
     method: str = "contrastive",
     adaptive: bool = True,
     repair: bool = False,
@@ -64,7 +68,9 @@ def attribute(
     curve, with common random numbers, found by an adaptive search (see
     :mod:`agent_replay.attribution.effects`). ``rollouts`` caps the rollouts per evaluated
     position; ``budget`` caps live step executions (each re-drawn step is one LLM or tool call
-    in real life). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
+    in real life); the cap defaults to 200 rollouts, or 1600 when a ``budget`` is given (the
+    budget is then what binds: a rare rescue needs many cheap paired rollouts at one step to
+    show). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
     ``agents=True`` adds agent-level Shapley values (default: when the run has 2-8 agents and
     a Shapley method is chosen). ``repair=True`` searches a minimal repair of the culprit.
 
@@ -84,6 +90,9 @@ def attribute(
         raise ValueError(f"culprit_rule must be 'effect' or 'poc'; got {culprit_rule!r}")
     if not 0.5 < confidence < 1:
         raise ValueError("confidence must be in (0.5, 1)")
+    full_rollouts = DEFAULT_ROLLOUTS if rollouts is None else rollouts  # for the cost report
+    if rollouts is None:
+        rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
     started = time.perf_counter()
     n = len(trajectory.steps)
     engine = RolloutEngine(
@@ -224,7 +233,7 @@ def attribute(
 
     cost = engine.cost.to_dict()
     cost["seconds"] = round(time.perf_counter() - started, 6)
-    cost["full_profile_live_steps"] = (rollouts * n * (n + 1)) // 2
+    cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2
     culprit_step = trajectory.steps[culprit] if culprit is not None else None
     return AttributionResult(
         session_id=trajectory.session_id,

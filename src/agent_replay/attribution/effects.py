@@ -8,6 +8,9 @@ disagree (``b``: fails only with the steps held; ``c``: fails only with them re-
 Adaptive search (the default). ``F`` is usually close to monotone with a few jumps, so:
 
 1. evaluate ``F`` on a coarse grid of positions (always ``0`` and ``n``) at ``r0`` rollouts;
+   for seeds whose outcome differs between ``0`` and ``n`` (when none does, probe seeds are
+   tried one at a time until one does), bisect over positions to find where it flips, and
+   compare that step's pair of positions on enough seeds for a discordant pair to show;
 2. while the segment with the largest estimated increase spans several steps, evaluate its
    midpoint (bisection);
 3. once it is a single step - the candidate - check that its effect's lower bound exceeds the
@@ -286,27 +289,54 @@ def significant(segment: Segment, compared: int, alpha: float) -> bool:
     return segment.estimate > 0 and segment.e_value >= compared / alpha
 
 
+PROBE_SEEDS = 1 << 40
+"""Rollout seeds from here on are probes: their outcomes guide the search, never an estimate
+(estimates use seeds ``0, 1, ...`` in order, a set chosen independently of the outcomes)."""
+
+
+def _discordant(profile: PrefixProfile, n: int) -> dict[int, bool]:
+    """Seeds whose outcome differs between positions 0 and n, with their outcome at 0."""
+    first, last = profile.outcomes.get(0, {}), profile.outcomes.get(n, {})
+    return {seed: event for seed, event in sorted(first.items()) if last.get(seed, event) != event}
+
+
+def _hunt(
+    probe: Callable[[int, int], bool], n: int, tries: int, can_afford: Callable[[int], bool]
+) -> tuple[dict[int, bool], int]:
+    """A probe seed whose outcome differs between positions 0 and n, tried one at a time,
+    and how many seeds were tried.
+
+    Used when none of the estimation seeds so far differs (a rare rescue): stopping at the
+    first hit costs about ``n / rate`` live steps, where raising every position-0 estimate by
+    a whole level would cost up to twice that; and the estimates stay free of this
+    data-dependent stopping rule."""
+    for tried, seed in enumerate(range(PROBE_SEEDS, PROBE_SEEDS + tries), start=1):
+        if not can_afford(0):
+            return {}, tried - 1
+        at_first = probe(0, seed)
+        if probe(n, seed) != at_first:
+            return {seed: at_first}, tried
+    return {}, tries
+
+
 def _locate(
     profile: PrefixProfile,
     probe: Callable[[int, int], bool],
     n: int,
-    seeds: int,
+    discordant: dict[int, bool],
     can_afford: Callable[[int], bool],
 ) -> list[int]:
-    """Candidate steps from seeds whose outcome differs between positions 0 and n.
+    """Candidate steps from seeds whose outcome differs between positions 0 and n
+    (``discordant``: seed -> outcome at 0).
 
     For such a seed the outcome flips somewhere between the two positions; bisecting over
     positions *for that seed alone* finds a flip in log2(n) single rollouts. Only used to
     decide where to look: these probe outcomes come from selected seeds and never enter an
     estimate.
     """
-    first, last = profile.outcomes.get(0, {}), profile.outcomes.get(n, {})
-    discordant = [
-        seed for seed, event in sorted(first.items()) if seed in last and last[seed] != event
-    ][:seeds]
     flips: Counter[int] = Counter()
-    for seed in discordant:
-        lo, hi, at_lo = 0, n, first[seed]
+    for seed, at_first in discordant.items():
+        lo, hi, at_lo = 0, n, at_first
         while hi - lo > 1:
             middle = (lo + hi) // 2
             known = profile.outcomes.get(middle, {}).get(seed)
@@ -447,17 +477,25 @@ def search_effects(
             stop_reason = "budget"
             break
     if adaptive and probe is not None and stop_reason != "budget":
-        # look where the outcome flips, per discordant seed; widen the net when none flip
-        while True:
-            steps = _locate(profile, probe, n, probe_seeds, lambda p: affordable(p, 1))
-            if steps:
-                # compare the pair on as many seeds as found the flip, so those seeds count
-                for step in steps[:2]:
-                    if not raise_pair(step, level_of.get(0, 0)):
-                        stop_reason = "budget"
-                break
-            level = level_of.get(0, 0) + 1
-            if level >= len(levels) or not (raise_to(n, level) and raise_to(0, level)):
+        # look where the outcome flips, per discordant seed; when no estimation seed has
+        # one, hunt for one among probe seeds
+        can_afford = lambda position: affordable(position, 1)  # noqa: E731
+        discordant = dict(itertools.islice(_discordant(profile, n).items(), probe_seeds))
+        level = level_of.get(0, 0)
+        if not discordant:
+            discordant, tried = _hunt(probe, n, max_rollouts, can_afford)
+            seen = levels[level] + tried  # seeds it took to see one flip
+            level = next((i for i, size in enumerate(levels) if size >= seen), len(levels) - 1)
+        # compare the pair on as many seeds as it took to find the flip, and more (a level
+        # at a time: the looks are accounted for) until a discordant pair shows there
+        for step in _locate(profile, probe, n, discordant, can_afford)[:2]:
+            for at in range(level, len(levels)):
+                if not raise_pair(step, at):
+                    stop_reason = "budget"
+                    break
+                if sum(profile.paired(step, step + 1)[:2]):
+                    break
+            if stop_reason == "budget":
                 break
 
     separation: list[tuple[Segment, float, float]] = []

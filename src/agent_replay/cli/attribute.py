@@ -115,10 +115,9 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
 @policy_option
 @click.option(
     "--rollouts",
-    default=200,
-    show_default=True,
+    default=None,
     type=click.IntRange(1),
-    help="Cap on rollouts per evaluated prefix position.",
+    help="Cap on rollouts per evaluated prefix position [default: 200; 1600 with --budget].",
 )
 @click.option(
     "--budget",
@@ -171,7 +170,7 @@ def attribute_command(
     agent_spec: str | None,
     verifier_spec: str | None,
     policy_name: str | None,
-    rollouts: int,
+    rollouts: int | None,
     budget: int | None,
     method: str,
     repair: bool,
