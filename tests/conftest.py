@@ -43,7 +43,9 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_attribution():
-    """(trajectory, result) of the demo agent's failing run: deterministic (seeded)."""
+    """(trajectory, result) of the demo agent's failing run, recorded once per session. The
+    run is seeded, but its receipt holds a real uuid, so each session's recording (and the
+    rollouts keyed by it) differs: assert what holds for every draw."""
     from agent_replay import record
     from agent_replay.attribution import attribute
     from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent

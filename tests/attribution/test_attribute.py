@@ -170,6 +170,21 @@ def test_with_a_budget_the_budget_binds_not_the_rollout_cap():
     assert result.culprit_index == truth and result.cost["live_steps"] <= budget
 
 
+def test_a_blocker_known_through_coupled_rollouts_still_gets_more(monkeypatch):
+    """The recording with this receipt uuid (its rollout streams follow from its content) left
+    the reviewer's segment at 18 pairs, known only through rollouts from other positions: the
+    search raised nothing there and stopped at the rollout cap with a "likely" verdict."""
+    import uuid
+
+    from agent_replay.capture import context
+
+    receipt = uuid.UUID("2a30fca1-bd8b-4664-9d11-75f7d076a799")
+    monkeypatch.setattr(context, "_REAL_UUID4", lambda: receipt)
+    trajectory = record(support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved)
+    result = attribute(trajectory, support_agent, refund_approved)
+    assert (result.culprit_index, result.verdict) == (2, "separated"), result.summary()
+
+
 def test_verifier_errors_name_the_rollout(demo_run):
     calls = {"n": 0}
 

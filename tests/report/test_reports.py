@@ -131,7 +131,12 @@ def test_explanation_of_the_demo(demo_attribution):
     assert roles[2] == "decisive"
     assert roles[6] == "observation-only"
     assert roles[0] == roles[1] == "neutral"
-    assert ex.point_of_no_return == 6
+    # where the failure is locked in depends on the rollouts drawn (the demo's receipt uuid
+    # makes every recording, so every session's rollouts, different): check its definition
+    por = ex.point_of_no_return
+    assert 2 < por <= len(traj.steps)
+    assert all(roles[i] in ("locked-in", "observation-only") for i in roles if i >= por)
+    assert "locked-in" not in [roles[i] for i in roles if i < por]
     assert list(roles.values()).count("decisive") == 1
     text = ex.to_text()
     assert text.index("What") < text.index("Where") < text.index("Why") < text.index("Fix")

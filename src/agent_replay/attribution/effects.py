@@ -548,6 +548,11 @@ def search_effects(
         for position in sorted(targets, reverse=True):
             target = min(targets[position], len(levels) - 1)
             if all(profile.value(position, s) is not None for s in range(levels[target])):
+                # known already (coupled rollouts from other positions cover it): the level
+                # is reached for free, and the next round asks for more
+                if target > level_of.get(position, 0):
+                    level_of[position] = target
+                    raised = True
                 continue
             if not raise_to(position, target):
                 stop_reason = "budget"
