@@ -74,3 +74,39 @@ def test_attribution_suite_runs_for_agent_replay():
     ).stdout
     assert "mean accuracy: budget" in out
     assert out.count("%") >= 8
+
+
+@pytest.fixture(scope="module")
+def published_venv(tmp_path_factory):
+    """A virtual environment with the published package, installed from the package index
+    the way the benchmarks create theirs (``benchmarks/published.py``)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from published import seed_python
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    where = tmp_path_factory.mktemp("published") / "venv"
+    seed_python(where)
+    return where
+
+
+def test_side_by_side_rows_of_the_published_package(published_venv):
+    """The comparisons really run the published package: its replay rows and its suite rows
+    come from its own interpreter."""
+    out = run_script(
+        str(BENCHMARKS / "replay_overhead.py"), "--quick", "--seed-venv", str(published_venv)
+    ).stdout
+    ours, theirs = out.split("the published package, same agent and variants")
+    assert "replay, all re-drawn" in ours and "replay, all re-drawn" in theirs
+    out = run_script(
+        str(BENCHMARKS / "attribution_suite.py"),
+        "--families",
+        "A",
+        "--instances",
+        "1",
+        "--seed-venv",
+        str(published_venv),
+    ).stdout
+    row = next(line for line in out.splitlines() if line.startswith("A "))
+    assert "nan" not in row  # the published package's accuracy and cost were measured
+    assert ", published " in out
