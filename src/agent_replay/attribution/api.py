@@ -96,7 +96,13 @@ def attribute(
     started = time.perf_counter()
     n = len(trajectory.steps)
     engine = RolloutEngine(
-        trajectory, agent, verifier, executor=executor, pass_context=pass_context, cache=cache
+        trajectory,
+        agent,
+        verifier,
+        executor=executor,
+        pass_context=pass_context,
+        cache=cache,
+        keep_records=keep_rollouts,  # a record per rollout costs time; only when asked
     )
     credit = mode == "credit"
     profile = PrefixProfile(n)

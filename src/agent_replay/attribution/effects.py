@@ -52,6 +52,7 @@ from .stats import (
 __all__ = ["PrefixProfile", "SearchResult", "Segment", "search_effects", "significant"]
 
 GROWTH = 2
+_NOTHING: dict = {}  # read-only stand-in for a position with nothing known (never written)
 
 
 @dataclass
@@ -70,17 +71,20 @@ class PrefixProfile:
     evaluated: set[int] = field(default_factory=set)  # positions the search asked for
 
     def value(self, position: int, seed: int) -> bool | None:
+        outcomes, same = self.outcomes, self.same
         while position <= self.n:
-            known = self.outcomes.get(position, {}).get(seed)
+            known = outcomes.get(position, _NOTHING).get(seed)
             if known is not None:
                 return known
-            if seed not in self.same.get(position, ()):
+            if seed not in same.get(position, _NOTHING):
                 return None
             position += 1
         return None
 
     def covered(self, position: int, seed: int) -> bool:
-        return seed in self.outcomes.get(position, {}) or seed in self.same.get(position, ())
+        return seed in self.outcomes.get(position, _NOTHING) or seed in self.same.get(
+            position, _NOTHING
+        )
 
     def rollouts(self, position: int) -> int:
         """How many seeds, from 0 up, have a known outcome at ``position``."""
