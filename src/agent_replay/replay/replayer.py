@@ -174,6 +174,19 @@ class ReplayResult:
 class Replayer:
     """The replay driver (see the module docstring). One instance per rollout."""
 
+    # rarely read state every rollout starts with: set on the instance once it changes
+    # (creating a rollout should cost little; what every step reads is set in __init__)
+    error: BaseException | None = None  # strict divergence / encoding error to re-raise
+    tokens = 0
+    tokens_estimated = False
+    coupled_steps = 0
+    branch_at: int | None = None
+    rejoin_at: int | None = None
+    same_at: int | None = None
+    _effects: dict[tuple[int, str], deque] | None = None  # recorded now()/uuid(), on first use
+    _uuid_count = 0
+    _body_base: int | None = None  # derived on first use
+
     def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int) -> None:
         self.trajectory = trajectory
         self.recorded = trajectory.steps
@@ -182,32 +195,19 @@ class Replayer:
         self.base_seed = trajectory.seed if trajectory.seed is not None else 0
         self.changed = False  # something upstream was not replayed exactly
         self.divergence: Divergence | None = None
-        self.error: BaseException | None = None  # strict divergence / encoding error to re-raise
+        self.rejoined: Outcome | None = None
+        self.coupling: Coupling | None = None
+        self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
+        self.calls = self.live_steps = self.served_steps = 0
         self.steps: dict[int, tuple] = {}  # position -> material for a StepDraft
-        self.live_steps = 0
-        self.served_steps = 0
         self.held_unresamplable: list[int] = []
         self.blocked: list[int] = []
-        self.tokens = 0
-        self.tokens_estimated = False
-        self.calls = 0
-        self._effects: dict[tuple[int, str], deque] = defaultdict(deque)
-        for segment, kind, value in trajectory.effects:
-            self._effects[(segment, kind)].append(value)
-        self._uuid_count = 0
-        self.coupling: Coupling | None = None
-        self.coupled_steps = 0
-        self.branch_at: int | None = None
-        self.rejoined: Outcome | None = None
-        self.rejoin_at: int | None = None
-        self.stop_if_same_at: int | None = None  # stop once this step's re-draw reproduces
-        self.same_at: int | None = None
         # streams are keyed by the recording too: rollout r of one run and rollout r of
         # another draw independently (common random numbers hold within one recording)
         self._served, self._recording = _prepared(trajectory)
         self._modes = plan.modes(len(self.recorded))
         self._step_base: int | None = None  # derived on first use: a rollout that serves
-        self._body_base: int | None = None  # every step never draws
+        # every step never draws
 
     def _step_seed(self, position: int) -> int:
         """The seed of re-drawn step ``position``'s stream in this rollout."""
@@ -454,6 +454,10 @@ class Replayer:
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         if not self.changed:
+            if self._effects is None:  # the recorded now() / uuid() values, in order
+                self._effects = defaultdict(deque)
+                for segment, recorded_kind, value in self.trajectory.effects:
+                    self._effects[(segment, recorded_kind)].append(value)
             queue = self._effects.get((ctx.position, kind))
             if queue:
                 return queue.popleft()
