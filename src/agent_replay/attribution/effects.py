@@ -118,10 +118,11 @@ class PrefixProfile:
         known would favour concordant pairs.
         """
         b_only = a_only = pairs = 0
-        same_a = self.same.get(a, ())
+        same_a = self.same.get(a, _NOTHING)
+        between = [self.same.get(j, _NOTHING) for j in range(a + 1, b)]
         seed = 0
         while True:
-            if seed in same_a and all(seed in self.same.get(j, ()) for j in range(a + 1, b)):
+            if seed in same_a and (not between or all(seed in same for same in between)):
                 pairs += 1  # every step between reproduced: the two rollouts are one
                 seed += 1
                 continue
