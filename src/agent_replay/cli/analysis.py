@@ -31,10 +31,9 @@ from .common import (
 @click.option("--search", default=None, help="Only sessions whose id contains this text.")
 @click.option(
     "--rollouts",
-    default=200,
-    show_default=True,
-    type=int,
-    help="Rollout cap per evaluated position.",
+    default=None,
+    type=click.IntRange(1),
+    help="Rollout cap per evaluated position [default: 200; 1600 with --budget].",
 )
 @click.option("--budget", default=None, type=float, help="Live step executions per run.")
 @json_option
@@ -44,7 +43,7 @@ def aggregate_command(
     verifier_spec: str,
     policy_name: str | None,
     search: str | None,
-    rollouts: int,
+    rollouts: int | None,
     budget: float | None,
     as_json: bool,
 ) -> None:
