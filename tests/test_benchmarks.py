@@ -21,7 +21,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("store.py", ["one transaction", "one per session", "load, every hash verified"]),
         ("recording.py", ["bare agent", "record(), no SDK", "SDK + BatchSpanProcessor"]),
         ("replay_overhead.py --quick --no-seed", ["bare agent", "all served", "all re-drawn"]),
-        ("attribution_overhead.py", ["outside rollouts", "concurrency: 64 rollouts"]),
+        (
+            "attribution_overhead.py",
+            ["outside rollouts", "concurrency: 64 rollouts", "search wall time", "culprit 6"],
+        ),
         ("interception.py", ["patched, no run", "recording", "replay, re-drawn", "replay, held"]),
         (
             "ingest.py --traces 10 --repeats 1 --receiver-traces 20",

@@ -28,12 +28,14 @@ class RareRescue:
         for seed in seeds:
             self.profile.outcomes.setdefault(position, {})[seed] = self.fails(position, seed)
 
-    def probe(self, position: int, seed: int) -> bool:
-        self.probed.append(seed)
-        return self.fails(position, seed)
+    def probe(self, position: int, seeds: list[int]) -> list[bool]:
+        self.batches.append((position, len(seeds)))
+        self.probed.extend(seeds)
+        return [self.fails(position, seed) for seed in seeds]
 
-    def search(self, budget: float | None, max_rollouts: int = 1600):
+    def search(self, budget: float | None, max_rollouts: int = 1600, width: int = 1):
         self.profile = PrefixProfile(self.n)
+        self.batches: list[tuple[int, int]] = []
         return search_effects(
             self.run_position,
             self.profile,
@@ -46,6 +48,7 @@ class RareRescue:
             spent=lambda: self.spent,
             observation_only=frozenset(),
             probe=self.probe,
+            probe_width=width,
         )
 
 
@@ -72,3 +75,20 @@ def test_the_budget_binds_before_the_rollout_cap():
     lifted = world.search(budget=4000)
     assert world.spent <= 4000
     assert lifted.candidate.pairs > 200 and lifted.candidate.e_value > capped.candidate.e_value
+
+
+def test_probes_run_in_batches_as_wide_as_the_executor():
+    """With a concurrent executor the hunt tries a batch of probe seeds at once, and the
+    bisection advances every discordant seed in lockstep (one batch per position and round),
+    so the search's wall time does not grow with one rollout after another."""
+    hunted = RareRescue(n=8, culprit=1, rate=0.06)
+    result = hunted.search(budget=None, width=8)
+    assert (result.candidate.start, result.candidate.end) == (1, 2)
+    hunt = [size for position, size in hunted.batches if position == 0]
+    assert hunt and all(size == 8 for size in hunt)
+    common = RareRescue(n=8, culprit=5, rate=0.5)  # several seeds of the grid flip
+    result = common.search(budget=None, width=8)
+    assert (result.candidate.start, result.candidate.end) == (5, 6)
+    assert not any(position == 0 for position, _ in common.batches)  # no hunt needed
+    assert len(common.batches) <= 3  # log2(8) rounds of bisection, each one batch
+    assert max(size for _, size in common.batches) > 1

@@ -110,9 +110,8 @@ def attribute(
     def event(result: Any) -> bool:
         return (not result.failed) if credit else result.failed
 
-    def probe(position: int, seed: int) -> bool:
-        (result,) = engine.run(ReplayPlan.ablate_from(position), [seed])
-        return event(result)
+    def probe(position: int, seeds: list[int]) -> list[bool]:
+        return [event(result) for result in engine.run(ReplayPlan.ablate_from(position), seeds)]
 
     def run_position(position: int, seeds: list[int], probe_same: bool = False) -> None:
         results = engine.run(ReplayPlan.ablate_from(position), seeds, stop_if_same=probe_same)
@@ -180,6 +179,9 @@ def attribute(
             spent=lambda: engine.cost.live_steps,
             observation_only=observation_only,
             probe=probe,
+            # probes hunting a rare rescue run as many at once as the executor runs (one at
+            # a time with the serial executor: no rollout past the first hit)
+            probe_width=min(engine.concurrency, initial_rollouts),
             min_effect=min_effect,
             fdr_method=fdr_method,
         )

@@ -305,55 +305,76 @@ def _discordant(profile: PrefixProfile, n: int) -> dict[int, bool]:
     return {seed: event for seed, event in sorted(first.items()) if last.get(seed, event) != event}
 
 
+Probe = Callable[[int, list[int]], list[bool]]
+"""``probe(position, seeds)``: the outcome of one rollout per seed from ``position``, run as a
+batch (concurrently when the executor can), for guiding the search only."""
+
+
 def _hunt(
-    probe: Callable[[int, int], bool], n: int, tries: int, can_afford: Callable[[int], bool]
+    probe: Probe, n: int, tries: int, width: int, can_afford: Callable[[int, int], bool]
 ) -> tuple[dict[int, bool], int]:
-    """A probe seed whose outcome differs between positions 0 and n, tried one at a time,
-    and how many seeds were tried.
+    """Probe seeds whose outcome differs between positions 0 and n, tried ``width`` at a time
+    until a batch has one, and how many seeds were tried.
 
     Used when none of the estimation seeds so far differs (a rare rescue): stopping at the
-    first hit costs about ``n / rate`` live steps, where raising every position-0 estimate by
-    a whole level would cost up to twice that; and the estimates stay free of this
-    data-dependent stopping rule."""
-    for tried, seed in enumerate(range(PROBE_SEEDS, PROBE_SEEDS + tries), start=1):
-        if not can_afford(0):
-            return {}, tried - 1
-        at_first = probe(0, seed)
-        if probe(n, seed) != at_first:
-            return {seed: at_first}, tried
-    return {}, tries
+    first batch with a hit costs about ``n / rate`` live steps (plus up to a batch), where
+    raising every position-0 estimate by a whole level would cost up to twice that; and the
+    estimates stay free of this data-dependent stopping rule. ``width`` is how many rollouts
+    the executor runs at once (1 with the serial executor: no overshoot)."""
+    tried = 0
+    while tried < tries:
+        seeds = list(range(PROBE_SEEDS + tried, PROBE_SEEDS + min(tries, tried + width)))
+        if not can_afford(0, len(seeds)):
+            break
+        tried += len(seeds)
+        firsts, lasts = probe(0, seeds), probe(n, seeds)
+        found = {s: a for s, a, b in zip(seeds, firsts, lasts, strict=True) if a != b}
+        if found:
+            return found, tried
+    return {}, tried
 
 
 def _locate(
     profile: PrefixProfile,
-    probe: Callable[[int, int], bool],
+    probe: Probe,
     n: int,
     discordant: dict[int, bool],
-    can_afford: Callable[[int], bool],
+    can_afford: Callable[[int, int], bool],
 ) -> list[int]:
     """Candidate steps from seeds whose outcome differs between positions 0 and n
-    (``discordant``: seed -> outcome at 0).
+    (``discordant``: seed -> outcome at 0), most voted first.
 
     For such a seed the outcome flips somewhere between the two positions; bisecting over
-    positions *for that seed alone* finds a flip in log2(n) single rollouts. Only used to
+    positions *for that seed alone* finds a flip in log2(n) single rollouts. The seeds are
+    bisected in lockstep, so each round's rollouts run as one batch per position. Only used to
     decide where to look: these probe outcomes come from selected seeds and never enter an
     estimate.
     """
     flips: Counter[int] = Counter()
-    for seed, at_first in discordant.items():
-        lo, hi, at_lo = 0, n, at_first
-        while hi - lo > 1:
+    bounds = {seed: (0, n, at_first) for seed, at_first in discordant.items()}  # lo, hi, at lo
+
+    def narrow(seed: int, middle: int, known: bool) -> None:
+        lo, hi, at_lo = bounds[seed]
+        bounds[seed] = (lo, middle, at_lo) if known != at_lo else (middle, hi, known)
+
+    while bounds:
+        asked: dict[int, list[int]] = {}
+        for seed, (lo, hi, _) in list(bounds.items()):
+            if hi - lo <= 1:
+                flips[lo] += 1
+                del bounds[seed]
+                continue
             middle = (lo + hi) // 2
-            known = profile.outcomes.get(middle, {}).get(seed)
+            known = profile.outcomes.get(middle, _NOTHING).get(seed)
             if known is None:
-                if not can_afford(middle):
-                    return [step for step, _ in flips.most_common()]
-                known = probe(middle, seed)
-            if known != at_lo:
-                hi = middle
+                asked.setdefault(middle, []).append(seed)
             else:
-                lo, at_lo = middle, known
-        flips[lo] += 1
+                narrow(seed, middle, known)
+        for middle, seeds in asked.items():
+            if not can_afford(middle, len(seeds)):
+                return [step for step, _ in flips.most_common()]
+            for seed, known in zip(seeds, probe(middle, seeds), strict=True):
+                narrow(seed, middle, known)
     return [step for step, _ in flips.most_common()]
 
 
@@ -369,15 +390,17 @@ def search_effects(
     budget: float | None,
     spent: Callable[[], float],
     observation_only: frozenset[int],
-    probe: Callable[[int, int], bool] | None = None,
+    probe: Probe | None = None,
     probe_seeds: int = 6,
+    probe_width: int = 1,
     min_effect: float = 0.0,
     fdr_method: str = "e-bh",
 ) -> SearchResult:
     """Run the search. ``run_position(position, seeds)`` adds the outcomes of ``seeds`` at
     ``position`` (and wherever they are known to equal it) to ``profile``; ``probe(position,
-    seed)`` runs one rollout whose outcome only guides the search; ``spent()`` reports live
-    step executions so far (for the budget)."""
+    seeds)`` runs one rollout per seed whose outcome only guides the search, ``probe_width``
+    of them at a time when hunting; ``spent()`` reports live step executions so far (for the
+    budget)."""
     if adaptive:
         levels = [initial_rollouts]
         while levels[-1] < max_rollouts:
@@ -484,16 +507,15 @@ def search_effects(
     if adaptive and probe is not None and stop_reason != "budget":
         # look where the outcome flips, per discordant seed; when no estimation seed has
         # one, hunt for one among probe seeds
-        can_afford = lambda position: affordable(position, 1)  # noqa: E731
         discordant = dict(itertools.islice(_discordant(profile, n).items(), probe_seeds))
         level = level_of.get(0, 0)
         if not discordant:
-            discordant, tried = _hunt(probe, n, max_rollouts, can_afford)
+            discordant, tried = _hunt(probe, n, max_rollouts, probe_width, affordable)
             seen = levels[level] + tried  # seeds it took to see one flip
             level = next((i for i, size in enumerate(levels) if size >= seen), len(levels) - 1)
         # compare the pair on as many seeds as it took to find the flip, and more (a level
         # at a time: the looks are accounted for) until a discordant pair shows there
-        for step in _locate(profile, probe, n, discordant, can_afford)[:2]:
+        for step in _locate(profile, probe, n, discordant, affordable)[:2]:
             for at in range(level, len(levels)):
                 if not raise_pair(step, at):
                     stop_reason = "budget"

@@ -54,13 +54,19 @@ class RolloutRequest:
 
 
 class Executor(Protocol):
-    """Runs rollouts. ``map`` keeps order; ``amap`` is used for async agents."""
+    """Runs rollouts. ``map`` keeps order; ``amap`` is used for async agents.
+
+    An executor may say how many rollouts it runs at once as ``concurrency`` (1 if it does
+    not); the search batches its probes to that width.
+    """
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
 
 
 class SerialExecutor:
     """One rollout after another on the calling thread."""
+
+    concurrency = 1
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return [fn(item) for item in items]
@@ -72,6 +78,10 @@ class ThreadExecutor:
     def __init__(self, max_workers: int = 8) -> None:
         self.max_workers = max_workers
         self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def concurrency(self) -> int:
+        return self.max_workers
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         if self._pool is None:
@@ -227,6 +237,7 @@ class RolloutEngine:
             AsyncExecutor(max_concurrency) if self.is_async else SerialExecutor()
         )
         self.pass_context = pass_context
+        self.concurrency = max(1, int(getattr(self.executor, "concurrency", 1)))
         self.cache = cache
         self.coupling = (cache.coupling if cache is not None else Coupling()) if coupling else None
         self.keep_records = keep_records
