@@ -455,11 +455,13 @@ def search_effects(
         """Enough to compare positions ``step`` and ``step + 1`` on seeds ``0..rollouts-1``:
         rollouts from ``step`` stop as soon as its re-draw reproduces the recording (then the
         pair is concordant), and ``step + 1`` runs only for the seeds where it did not. Seeds
-        go in chunks, each completed on both sides, so a budget stop never leaves half pairs."""
+        go in chunks, each completed on both sides, so a budget stop never leaves half pairs
+        (without a budget, in one batch: fewer rounds for a concurrent executor)."""
         profile.evaluated.update((step, step + 1))
         todo = [seed for seed in range(rollouts) if not profile.covered(step, seed)]
-        for start in range(0, len(todo), 16):
-            chunk = todo[start : start + 16]
+        size = 16 if budget is not None else max(1, len(todo))
+        for start in range(0, len(todo), size):
+            chunk = todo[start : start + size]
             if not run_within_budget(step, chunk, True):
                 return False
             rest = [
