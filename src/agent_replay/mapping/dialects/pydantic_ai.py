@@ -5,6 +5,13 @@ rest: the ``{agent} run`` span (``agent_name`` / ``gen_ai.agent.name``,
 ``pydantic_ai.all_messages``, ``final_result``) names the agent; ``running tool`` spans carry
 ``tool_arguments`` / ``tool_response``; with ``InstrumentationSettings(version=1,
 event_mode="attributes")`` the legacy message events sit in a JSON attribute ``events``.
+
+Checked against pydantic-ai 2.68 (``version=2`` to ``6``): the run span (``agent run`` or
+``invoke_agent {agent}``) has ``gen_ai.system_instructions`` but no ``gen_ai.input.messages``,
+so its first user message comes from ``pydantic_ai.all_messages``. With
+``include_content=False`` the messages keep their shape but their text parts lose
+``content``; such a span is read as having no content at all (as the other SDKs leave it)
+rather than as empty prompts and answers.
 """
 
 from __future__ import annotations
@@ -14,6 +21,11 @@ from typing import Any
 from ...model import StepKind
 from .. import LogEvent, MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
 from .genai import read_event_content
+
+NO_CONTENT = (
+    "pydantic-ai recorded this step without its content; instrument with "
+    "InstrumentationSettings(include_content=True) to make it replayable"
+)
 
 
 def _is_pydantic(span: NormalizedSpan) -> bool:
@@ -36,6 +48,31 @@ def _events_attribute(span: NormalizedSpan) -> list[LogEvent]:
     return out
 
 
+def _without_content(*values: Any) -> bool:
+    """Whether pydantic-ai left the content out of these messages (``include_content=False``):
+    a text or thinking part without ``content``, which it never writes otherwise."""
+    for value in values:
+        messages = parse_json(value)
+        for message in messages if isinstance(messages, list) else ():
+            parts = message.get("parts") if isinstance(message, dict) else None
+            for part in parts if isinstance(parts, list) else ():
+                if (
+                    isinstance(part, dict)
+                    and part.get("type") in ("text", "thinking")
+                    and "content" not in part
+                ):
+                    return True
+    return False
+
+
+def _forget_content(mapped: MappedSpan) -> None:
+    """Drop the empty shells another dialect read as content; keep the tool call ids."""
+    mapped.set_attr("tool_calls", mapped.requested_tool_calls or None)
+    mapped.inputs = mapped.action = None
+    mapped.has_inputs = mapped.has_output = False
+    mapped.notes.append(NO_CONTENT)
+
+
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if not _is_pydantic(span):
         return False
@@ -52,9 +89,11 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         if isinstance(agent, str) and mapped.agent is None:
             mapped.agent = agent
         messages = parse_json(attrs.get("pydantic_ai.all_messages"))
-        if isinstance(messages, list):
+        if isinstance(messages, list) and not _without_content(messages):
             first_user = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-            mapped.set_llm_inputs(first_user[:1])
+            if isinstance(mapped.inputs, dict) and not mapped.inputs.get("messages"):
+                mapped.has_inputs = False  # the GenAI dialect found the instructions only
+            mapped.set_llm_inputs(first_user[:1], system=attrs.get("gen_ai.system_instructions"))
         if "final_result" in attrs:
             mapped.set_output(parse_json(attrs["final_result"]))
         return True
@@ -64,6 +103,11 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             mapped.set_inputs({"arguments": parse_json(attrs["tool_arguments"])})
         if "tool_response" in attrs:
             mapped.set_output(parse_json(attrs["tool_response"]))
+        return True
+    if mapped.kind is StepKind.LLM and _without_content(
+        attrs.get("gen_ai.input.messages"), attrs.get("gen_ai.output.messages")
+    ):
+        _forget_content(mapped)
         return True
     if "events" in attrs and mapped.kind is StepKind.LLM:
         events = _events_attribute(span)
