@@ -39,7 +39,7 @@ def read_observation(
     """Fill ``mapped`` from a Langfuse observation's type, input and output (only the fields
     no dialect with precedence filled). Returns whether the type was recognised."""
     kind = str(obs_type or "").lower()
-    inputs, output = decode_json_text(inputs), decode_json_text(output)
+    inputs, output = observed_arguments(decode_json_text(inputs)), decode_json_text(output)
     if kind in ("agent", "chain") and mapped.role == Role.OTHER:
         mapped.role = Role.AGENT if kind == "agent" else Role.WORKFLOW
         mapped.kind = StepKind.AGENT if kind == "agent" else StepKind.SPAN
@@ -82,6 +82,18 @@ def decode_json_text(value: Any) -> Any:
     return value
 
 
+def observed_arguments(value: Any) -> Any:
+    """``@observe`` records a function's arguments as ``{"args": [...], "kwargs": {...}}``:
+    keyword arguments alone are the input, and so is a single positional argument."""
+    if isinstance(value, dict) and set(value) == {"args", "kwargs"}:
+        args, kwargs = value["args"], value["kwargs"]
+        if isinstance(kwargs, dict) and not args:
+            return kwargs
+        if isinstance(args, list) and len(args) == 1 and not kwargs:
+            return args[0]
+    return value
+
+
 def _looks_like_messages(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -100,9 +112,11 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if level == "ERROR" and mapped.error is None:
         mapped.error = {"type": "error", "message": str(attrs.get(PREFIX + "status_message") or "")}
     usage = parse_json(attrs.get(PREFIX + "usage_details"))
-    if isinstance(usage, dict):
-        mapped.set_attr("input_tokens", usage.get("input"))
-        mapped.set_attr("output_tokens", usage.get("output"))
+    if isinstance(usage, dict):  # Langfuse's keys, or the provider's (its OpenAI wrapper)
+        for key in ("input", "prompt_tokens", "input_tokens"):
+            mapped.set_attr("input_tokens", usage.get(key))
+        for key in ("output", "completion_tokens", "output_tokens"):
+            mapped.set_attr("output_tokens", usage.get(key))
     return read_observation(
         mapped,
         obs_type=obs_type,

@@ -2,6 +2,8 @@
 
 LangSmith writes the run's whole ``inputs`` as ``gen_ai.prompt`` and whole ``outputs`` as
 ``gen_ai.completion`` (JSON, not indexed), so it must be read before the generic GenAI dialect.
+``@traceable`` records a function's arguments by name and a return value that is not a dict as
+``{"output": value}``; a run's error is only in an ``exception`` span event.
 :func:`read_run` maps a run's type, inputs and outputs and is shared with the LangSmith run
 importer (``{post, patch}`` payloads).
 """
@@ -30,14 +32,18 @@ def _tool_arguments(inputs: Any) -> Any:
     return inputs
 
 
-def _tool_output(outputs: Any) -> Any:
+def _unwrap_output(outputs: Any) -> Any:
+    """What ``@traceable`` returned, when it wrapped it as ``{"output": value}``."""
     if isinstance(outputs, dict) and set(outputs) == {"output"}:
-        output = outputs["output"]
-        # LangChain ToolMessage serialisations carry the content in kwargs
-        if isinstance(output, dict) and isinstance(output.get("kwargs"), dict):
-            return output["kwargs"].get("content", output)
-        return output
+        return outputs["output"]
     return outputs
+
+
+def _tool_output(outputs: Any) -> Any:
+    output = _unwrap_output(outputs)
+    # LangChain ToolMessage serialisations carry the content in kwargs
+    kwargs = output.get("kwargs") if output is not outputs and isinstance(output, dict) else None
+    return kwargs.get("content", output) if isinstance(kwargs, dict) else output
 
 
 def read_run(
@@ -66,7 +72,7 @@ def read_run(
             model = inputs.get("model")
         mapped.set_llm_inputs(inputs, tools=tools, model=model)
         mapped.set_inputs(inputs)  # a prompt that is not messages
-        mapped.set_llm_output(outputs)
+        mapped.set_llm_output(_unwrap_output(outputs))
         mapped.set_output(outputs)
         mapped.set_attr("model", model)
         if isinstance(outputs, dict):
@@ -95,6 +101,13 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         return False
     for key in THREAD_KEYS:
         mapped.set_conversation(attrs.get("langsmith.metadata." + key))
+    if span.status_code == 2 and mapped.error is None:
+        # the run's error is only in an exception event (the status has no description)
+        for event in span.events:
+            if event.name == "exception":
+                message = event.attributes.get("exception.message", "")
+                mapped.error = {"type": "error", "message": str(message)}
+                break
     if run_type is None:
         return True
     return read_run(
@@ -107,4 +120,15 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     )
 
 
+def keep_chains(span: NormalizedSpan, mapped: MappedSpan) -> bool:
+    """Runs after the generic GenAI dialect. LangSmith also writes a chain run's type as
+    ``gen_ai.operation.name`` ("chain"), an operation the conventions do not define, which
+    that dialect claims as an opaque step: the run stays the workflow around its steps."""
+    chain = str(span.attributes.get("langsmith.span.kind", "")).lower() == "chain"
+    if chain and mapped.role == Role.STEP and mapped.kind is StepKind.SPAN:
+        mapped.role = Role.WORKFLOW
+    return False  # corrects another dialect's reading, adds none of its own
+
+
 register_dialect("langsmith", read)
+register_dialect("langsmith_chains", keep_chains)

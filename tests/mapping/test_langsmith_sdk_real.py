@@ -1,0 +1,189 @@
+"""The LangSmith SDK's own OTel spans, recorded offline and read by the ``langsmith`` dialect.
+
+``LANGSMITH_OTEL_ENABLED`` + ``LANGSMITH_OTEL_ONLY`` put the real ``langsmith`` client in its
+OTel-only tracing mode, in which it never calls the LangSmith API; it is handed a private
+``TracerProvider`` (``otel_tracer_provider=``) with an in-memory exporter. The agent: a
+``@traceable`` chain calling a ``@traceable(run_type="llm")`` function that asks for a tool,
+a ``@traceable(run_type="tool")`` function, and a second llm function that answers in text.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_replay import StepKind
+from agent_replay.interop import from_otel_spans
+
+langsmith = pytest.importorskip("langsmith")
+from langsmith import env as ls_env  # noqa: E402
+from langsmith import utils as ls_utils  # noqa: E402
+
+QUESTION = "Weather in Paris?"
+ANSWER = "It is rainy in Paris."
+CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+USAGE = {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}
+LLM_METADATA = {"ls_provider": "openai", "ls_model_name": "gpt-4o"}
+CALL_PART = {"type": "tool_call", "name": "get_weather", "id": "c1", "arguments": {"city": "Paris"}}
+
+
+def text(role: str, content: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": content}]}
+
+
+def clear_env_caches() -> None:
+    """The SDK caches what it read from the environment; tests must not leak theirs."""
+    ls_utils.get_env_var.cache_clear()
+    ls_utils.get_tracer_project.cache_clear()
+    ls_env.get_langchain_env_var_metadata.cache_clear()
+
+
+@pytest.fixture
+def recorded(monkeypatch) -> Iterator[tuple[Any, InMemorySpanExporter]]:
+    """A LangSmith client in OTel-only mode that records into a private provider."""
+    for name in ("TRACING_MODE", "RUNS_ENDPOINTS", "WORKSPACE_ID", "PROFILE"):
+        monkeypatch.delenv("LANGSMITH_" + name, raising=False)
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    monkeypatch.setenv("LANGSMITH_OTEL_ENABLED", "true")
+    monkeypatch.setenv("LANGSMITH_OTEL_ONLY", "true")
+    monkeypatch.setenv("LANGSMITH_API_KEY", "lsv2-agent-replay-test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("LANGSMITH_PROJECT", "agent-replay-test")
+    clear_env_caches()
+    threads_before = set(threading.enumerate())
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client = langsmith.Client(otel_tracer_provider=provider)
+    try:
+        assert client.tracing_mode == "otel"  # OTel export only: no LangSmith API calls
+        yield client, exporter
+    finally:
+        client.close(timeout=5)  # drains the tracing queue, stops its thread
+        provider.shutdown()
+        clear_env_caches()
+        for thread in set(threading.enumerate()) - threads_before:
+            thread.join(timeout=5)
+        assert set(threading.enumerate()) <= threads_before
+
+
+def run_agent(client: Any, *, tool_fails: bool = False) -> str:
+    @langsmith.traceable(run_type="llm", name="plan", metadata=LLM_METADATA)
+    def plan(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"role": "assistant", "content": "", "tool_calls": [CALL], "usage_metadata": USAGE}
+
+    @langsmith.traceable(run_type="tool")
+    def get_weather(city: str) -> str:
+        if tool_fails:
+            raise TimeoutError("weather service timed out")
+        return f"rainy in {city}"
+
+    @langsmith.traceable(run_type="llm", name="answer", metadata=LLM_METADATA)
+    def answer(messages: list[dict[str, Any]]) -> str:
+        return ANSWER  # recorded as {"output": ANSWER}
+
+    @langsmith.traceable(name="weather_agent")
+    def weather_agent(question: str) -> str:
+        messages = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": question},
+        ]
+        request = plan(messages)
+        try:
+            result = get_weather(**json.loads(CALL["function"]["arguments"]))
+        except TimeoutError as exc:
+            result = f"error: {exc}"
+        messages += [
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": CALL["id"], "content": result},
+        ]
+        assert request["tool_calls"] == [CALL]
+        return answer(messages)
+
+    with langsmith.tracing_context(client=client, metadata={"thread_id": "t1"}):
+        result = weather_agent(QUESTION)
+    client.flush()
+    return result
+
+
+def test_real_langsmith_otel_spans_make_a_trajectory(recorded):
+    client, exporter = recorded
+    assert run_agent(client) == ANSWER
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+
+    # what the SDK really writes (the dialect's input)
+    assert set(spans) == {"weather_agent", "plan", "get_weather", "answer"}
+    chain = spans["weather_agent"].attributes
+    assert chain["langsmith.span.kind"] == "chain" and chain["gen_ai.operation.name"] == "chain"
+    assert json.loads(chain["gen_ai.prompt"]) == {"question": QUESTION}
+    plan = spans["plan"].attributes
+    assert plan["langsmith.span.kind"] == "llm" and plan["gen_ai.operation.name"] == "chat"
+    assert plan["gen_ai.request.model"] == "gpt-4o" and plan["gen_ai.usage.input_tokens"] == 12
+    assert plan["langsmith.metadata.thread_id"] == "t1"
+    tool = spans["get_weather"].attributes
+    assert tool["gen_ai.operation.name"] == "execute_tool"
+    assert json.loads(tool["gen_ai.prompt"]) == {"city": "Paris"}
+    assert json.loads(tool["gen_ai.completion"]) == {"output": "rainy in Paris"}
+    assert json.loads(spans["answer"].attributes["gen_ai.completion"]) == {"output": ANSWER}
+
+    traj = from_otel_spans(list(spans.values()))
+    assert traj.session_id == "t1"
+    assert traj.metadata["root_span"] == "weather_agent"
+    assert traj.task == {"question": QUESTION}  # the chain is the workflow, not an opaque step
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "plan"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "answer"),
+    ]
+    first, tool_step, final = traj.steps
+    assert first.started_ns <= tool_step.started_ns <= final.started_ns
+
+    assert first.inputs == {
+        "messages": [text("system", "Be brief."), text("user", QUESTION)],
+        "model": "gpt-4o",
+    }
+    assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+    assert first.attributes["model"] == "gpt-4o"
+
+    assert tool_step.inputs == {"arguments": {"city": "Paris"}}
+    assert tool_step.action == "rainy in Paris"
+    assert tool_step.attributes["requested_by"] == 0
+    assert tool_step.attributes["tool_call_id"] == "c1"
+
+    assert [m["role"] for m in final.inputs["messages"]] == ["system", "user", "assistant", "tool"]
+    assert final.inputs["messages"][-1]["parts"] == [
+        {"type": "tool_call_response", "response": "rainy in Paris", "id": "c1"}
+    ]
+    assert final.action == [text("assistant", ANSWER)]  # not {"output": ANSWER}
+
+    capture = traj.metadata["capture"]
+    assert capture["replayable"] and capture["opaque_steps"] == [] and capture["notes"] == []
+    traj.verify()
+
+
+def test_real_langsmith_otel_spans_with_a_failing_tool(recorded):
+    client, exporter = recorded
+    assert run_agent(client, tool_fails=True) == ANSWER
+    traj = from_otel_spans(exporter.get_finished_spans())
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    tool = traj.steps[1]
+    assert tool.inputs == {"arguments": {"city": "Paris"}}
+    # the run's error (repr and traceback), which the exporter puts in an exception event only
+    assert tool.error["type"] == "error"
+    assert tool.error["message"].startswith("TimeoutError('weather service timed out')")
+    assert tool.action is None  # outputs were {"output": null}
+    assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == (
+        "error: weather service timed out"
+    )
