@@ -213,6 +213,10 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         kind = _KINDS[operation]
     elif operation in LLM_OPERATIONS:
         kind = StepKind.LLM
+    elif mapped.role != Role.OTHER:
+        # an operation the conventions do not define (LangSmith writes its run type there,
+        # e.g. "chain"): a dialect with precedence already said what this span is
+        return False
     else:
         kind = StepKind.SPAN
     name = (attrs.get(g.GEN_AI_TOOL_NAME) or span.name) if kind is StepKind.TOOL else span.name

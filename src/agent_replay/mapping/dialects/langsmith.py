@@ -120,15 +120,4 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     )
 
 
-def keep_chains(span: NormalizedSpan, mapped: MappedSpan) -> bool:
-    """Runs after the generic GenAI dialect. LangSmith also writes a chain run's type as
-    ``gen_ai.operation.name`` ("chain"), an operation the conventions do not define, which
-    that dialect claims as an opaque step: the run stays the workflow around its steps."""
-    chain = str(span.attributes.get("langsmith.span.kind", "")).lower() == "chain"
-    if chain and mapped.role == Role.STEP and mapped.kind is StepKind.SPAN:
-        mapped.role = Role.WORKFLOW
-    return False  # corrects another dialect's reading, adds none of its own
-
-
 register_dialect("langsmith", read)
-register_dialect("langsmith_chains", keep_chains)
