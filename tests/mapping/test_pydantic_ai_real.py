@@ -185,6 +185,7 @@ def test_include_content_off_is_reported_not_read_as_empty_messages(
     assert first.attributes["model"] == "fake-model" and first.attributes["input_tokens"] > 0
     assert first.attributes["tool_calls"] == [CALL_ID]
     assert tool.name == "get_weather" and tool.attributes["tool_call_id"] == CALL_ID
+    assert tool.attributes["requested_by"] == 0  # linked by the kept call id
     assert "result_from" not in tool.attributes  # no result made up from a contentless prompt
 
     report = traj.metadata["capture"]

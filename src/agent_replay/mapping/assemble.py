@@ -318,6 +318,11 @@ def _link(items: list[_Draft]) -> None:
                 if cid is not None:
                     by_id.setdefault(cid, index)
                 open_by_name[name].append((index, cid))
+        elif draft.kind is StepKind.LLM:
+            # content capture off: no output to read the calls from, but a dialect may have
+            # kept their ids (``tool_calls``), which still link the tool steps
+            for cid in draft.attributes.get("tool_calls") or ():
+                by_id.setdefault(str(cid), index)
 
 
 def _encodable(value: Any, what: str, notes: list[str]) -> Any:
