@@ -1,5 +1,6 @@
 """Each dialect on spans shaped like its emitters' (keys from FORMATS.md and the emitters)."""
 
+import dataclasses
 import json
 
 from agent_replay.mapping import DIALECTS, PRECEDENCE, Role, map_span, register_dialect
@@ -457,3 +458,28 @@ def test_a_failing_dialect_is_noted_not_raised():
         assert any("zz_broken" in note for note in m.notes)
     finally:
         DIALECTS[:] = [d for d in DIALECTS if d[0] != "zz_broken"]
+
+
+def test_a_failed_span_takes_its_error_from_the_exception_event():
+    """``span.record_exception`` writes the error as an ``exception`` event; many
+    instrumentations leave the status description empty, so that event is the error."""
+    failed = NormalizedSpan(
+        trace_id=TRACE,
+        span_id="00f067aa0ba902b7",
+        name="execute_tool get_weather",
+        parent_span_id=None,
+        start_ns=1,
+        end_ns=2,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+        events=(
+            SpanEvent(
+                "exception",
+                2,
+                {"exception.type": "TimeoutError", "exception.message": "timed out"},
+            ),
+        ),
+        status_code=2,
+    )
+    assert map_span(failed).error == {"type": "TimeoutError", "message": "timed out"}
+    described = dataclasses.replace(failed, status_message="503 from the weather API")
+    assert map_span(described).error["message"] == "503 from the weather API"

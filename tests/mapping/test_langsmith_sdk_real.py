@@ -181,7 +181,7 @@ def test_real_langsmith_otel_spans_with_a_failing_tool(recorded):
     tool = traj.steps[1]
     assert tool.inputs == {"arguments": {"city": "Paris"}}
     # the run's error (repr and traceback), which the exporter puts in an exception event only
-    assert tool.error["type"] == "error"
+    assert tool.error["type"] == "Exception"  # the exception event's type, as LangSmith writes it
     assert tool.error["message"].startswith("TimeoutError('weather service timed out')")
     assert tool.action is None  # outputs were {"output": null}
     assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == (

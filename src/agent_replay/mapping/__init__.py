@@ -200,9 +200,13 @@ def map_span(span: NormalizedSpan) -> MappedSpan:
     if mapped.name is None:
         mapped.name = span.name or "span"
     if mapped.error is None and span.status_code == 2:
+        # the OTel exception event (span.record_exception) says what the status often does not
+        raised = next((e.attributes for e in span.events if e.name == "exception"), {})
         mapped.error = {
-            "type": str(span.attributes.get("error.type") or "error"),
-            "message": span.status_message or "",
+            "type": str(
+                span.attributes.get("error.type") or raised.get("exception.type") or "error"
+            ),
+            "message": span.status_message or str(raised.get("exception.message") or ""),
         }
     return mapped
 

@@ -3,7 +3,8 @@
 LangSmith writes the run's whole ``inputs`` as ``gen_ai.prompt`` and whole ``outputs`` as
 ``gen_ai.completion`` (JSON, not indexed), so it must be read before the generic GenAI dialect.
 ``@traceable`` records a function's arguments by name and a return value that is not a dict as
-``{"output": value}``; a run's error is only in an ``exception`` span event.
+``{"output": value}``; a run's error is only in an ``exception`` span event (read for every
+span by :func:`~agent_replay.mapping.map_span`).
 :func:`read_run` maps a run's type, inputs and outputs and is shared with the LangSmith run
 importer (``{post, patch}`` payloads).
 """
@@ -101,13 +102,6 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         return False
     for key in THREAD_KEYS:
         mapped.set_conversation(attrs.get("langsmith.metadata." + key))
-    if span.status_code == 2 and mapped.error is None:
-        # the run's error is only in an exception event (the status has no description)
-        for event in span.events:
-            if event.name == "exception":
-                message = event.attributes.get("exception.message", "")
-                mapped.error = {"type": "error", "message": str(message)}
-                break
     if run_type is None:
         return True
     return read_run(
