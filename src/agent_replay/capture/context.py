@@ -174,6 +174,43 @@ class Driver(Protocol):
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any: ...
 
 
+def _step_method(kind: StepKind, doc: str) -> Callable[..., Any]:
+    """``ctx.llm`` / ``ctx.tool`` / ``ctx.memory``: one signature, one body; only the step kind
+    (and the docstring) differ."""
+
+    def step(
+        self: AgentContext,
+        name: str,
+        produce: Callable[..., Any] | None = None,
+        *,
+        observe: Callable[[Any], Any] | None = None,
+        side_effects: bool = False,
+        resamplable: bool | None = None,
+        default: Any = None,
+        agent: str | None = None,
+        operation: str | None = None,
+        **inputs: Any,
+    ) -> Any:
+        call = StepCall(
+            kind,
+            name,
+            inputs,
+            produce,
+            observe,
+            side_effects,
+            (not side_effects) if resamplable is None else resamplable,
+            default,
+            agent if agent is not None else self._acting_agent(),
+            operation,
+        )
+        return self._run(call)
+
+    step.__name__ = kind.value
+    step.__qualname__ = f"AgentContext.{kind.value}"
+    step.__doc__ = doc
+    return step
+
+
 class AgentContext:
     """The handle a synchronous agent receives as its first argument.
 
@@ -265,126 +302,22 @@ class AgentContext:
 
     # -- steps ----------------------------------------------------------------------------
 
-    def llm(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
-        """An LLM call named ``name``: ``produce`` returns the model's output."""
-        return self._run(
-            self._call(
-                StepKind.LLM,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
-    def tool(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
+    llm = _step_method(
+        StepKind.LLM, """An LLM call named ``name``: ``produce`` returns the model's output."""
+    )
+    tool = _step_method(
+        StepKind.TOOL,
         """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
 
         ``side_effects=True`` marks a tool that must never run again during replays (it is
         held or served a mock observation).
-        """
-        return self._run(
-            self._call(
-                StepKind.TOOL,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
-    def memory(
-        self,
-        name: str,
-        produce: Callable[..., Any] | None = None,
-        *,
-        observe: Callable[[Any], Any] | None = None,
-        side_effects: bool = False,
-        resamplable: bool | None = None,
-        default: Any = None,
-        agent: str | None = None,
-        operation: str | None = None,
-        **inputs: Any,
-    ) -> Any:
+        """,
+    )
+    memory = _step_method(
+        StepKind.MEMORY,
         """A memory operation (``operation=`` one of the GenAI memory operations, default
-        ``search_memory``)."""
-        return self._run(
-            self._call(
-                StepKind.MEMORY,
-                name,
-                inputs,
-                produce,
-                observe,
-                side_effects,
-                resamplable,
-                default,
-                agent,
-                operation,
-            )
-        )
-
-    def _call(
-        self,
-        kind: StepKind,
-        name: str,
-        inputs: dict[str, Any],
-        produce: Callable[..., Any] | None,
-        observe: Callable[[Any], Any] | None,
-        side_effects: bool,
-        resamplable: bool | None,
-        default: Any,
-        agent: str | None,
-        operation: str | None,
-    ) -> StepCall:
-        if agent is None:  # the acting agent (``_acting_agent``, inlined: once per step)
-            scope = _AGENT.get()
-            agent = scope[1] if scope is not None and scope[0] is self else None
-        return StepCall(
-            kind,
-            name,
-            inputs,
-            produce,
-            observe,
-            side_effects,
-            (not side_effects) if resamplable is None else resamplable,
-            default,
-            agent,
-            operation,
-        )
+        ``search_memory``).""",
+    )
 
     def _begin(self, call: StepCall) -> Decision:
         lock = self._position_lock
@@ -581,11 +514,7 @@ def _run_request(request: tuple) -> Any:
         return fn(argument)
     if fn is None:
         return None
-    code = getattr(fn, "__code__", None)
-    takes = _ARITY.get(code if code is not None else fn)  # inline hit: once per live step
-    if takes is None:
-        takes = _takes_argument(fn)
-    return fn(argument.inputs) if takes else fn()
+    return fn(argument.inputs) if _takes_argument(fn) else fn()
 
 
 _ARITY: dict[Any, bool] = {}
