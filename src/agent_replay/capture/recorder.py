@@ -115,7 +115,6 @@ class Recorder:
 
 
 def _prepare(
-    agent_fn: Callable[..., Any],
     task: Any,
     session_id: str | None,
     seed: int,
@@ -207,9 +206,7 @@ def record(
                 pass_context=pass_context,
             )
         )
-    recorder, ctx = _prepare(
-        agent_fn, task, session_id, seed, tracer_provider, capture_content, AgentContext
-    )
+    recorder, ctx = _prepare(task, session_id, seed, tracer_provider, capture_content, AgentContext)
     result, error = run_agent(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )
@@ -230,7 +227,7 @@ async def arecord(
 ) -> Trajectory:
     """:func:`record` for ``async def`` agents, from inside an event loop."""
     recorder, ctx = _prepare(
-        agent_fn, task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
+        task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
     )
     result, error = await arun_agent(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)

@@ -242,8 +242,7 @@ class Replayer:
             self._diverge(call, position, "inputs differ from the recording")
             return self._live(call, position)
         if mode == HOLD:
-            known = self._served[position] if same_inputs else None
-            return known or self._serve(call, recorded, position, exact=same_inputs)
+            return self._serve(call, recorded, position, exact=same_inputs)
         if mode == REMOVE:
             self.changed = True
             return Decision(
@@ -637,7 +636,6 @@ def ensure_verified(trajectory: Trajectory) -> None:
 
 
 def _setup(
-    agent_fn: Callable[..., Any],
     trajectory: Trajectory,
     plan: ReplayPlan | None,
     seed: int,
@@ -763,7 +761,6 @@ def replay(
             )
         )
     driver, ctx = _setup(
-        agent_fn,
         trajectory,
         plan,
         seed,
@@ -796,7 +793,6 @@ async def areplay(
 ) -> ReplayResult:
     """:func:`replay` for ``async def`` agents, from inside an event loop."""
     driver, ctx = _setup(
-        agent_fn,
         trajectory,
         plan,
         seed,
