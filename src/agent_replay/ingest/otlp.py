@@ -331,6 +331,15 @@ def _camel(s: dict) -> dict:
     return {**s, **{camel: s[snake] for camel, snake in _SNAKE.items() if snake in s}}
 
 
+def _json_items(value: Any, what: str, read: Callable[[Any], Any]) -> tuple:
+    """A span's ``events`` / ``links``: each item read, or none when absent."""
+    if not value:
+        return ()
+    if type(value) is not list:
+        raise _BadRecord(f"{what} must be a list")
+    return tuple(read(item) for item in value)
+
+
 def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> NormalizedSpan:
     # the hot path of every OTLP/JSON import: plain dict lookups, checks only where a wrong
     # type would otherwise slip through into the span
@@ -354,23 +363,11 @@ def _json_span(s: Any, resource: dict, scope_name: str, scope_version: str) -> N
     name = get("name") or ""
     if type(name) is not str:
         raise _BadRecord("name must be a string")
-    events = get("events")
-    if events:
-        if type(events) is not list:
-            raise _BadRecord("events must be a list")
-        events = tuple(_json_event(e) for e in events)
-    else:
-        events = ()
+    events = _json_items(get("events"), "events", _json_event)
     kind = get("kind")
     dropped = get("droppedAttributesCount")
     dropped_events = get("droppedEventsCount")
-    links = get("links")
-    if links:
-        if type(links) is not list:
-            raise _BadRecord("links must be a list")
-        links = tuple(_json_link(link) for link in links)
-    else:
-        links = ()
+    links = _json_items(get("links"), "links", _json_link)
     return NormalizedSpan.fast(
         _hex_id(get("traceId"), 32, "traceId"),
         _hex_id(get("spanId"), 16, "spanId"),
