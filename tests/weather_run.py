@@ -1,0 +1,56 @@
+"""The small weather agent the tracing-SDK tests record through each SDK's own spans (Langfuse,
+LangSmith): a planning llm call asking for ``get_weather``, the tool, an llm answer; and what
+the trajectory made from those spans must hold whatever the SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_replay import StepKind
+from agent_replay.model import Trajectory
+
+QUESTION = "Weather in Paris?"
+ANSWER = "It is rainy in Paris."
+CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+CALL_PART = {"type": "tool_call", "name": "get_weather", "id": "c1", "arguments": {"city": "Paris"}}
+
+
+def text(role: str, content: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": content}]}
+
+
+def assert_weather_trajectory(traj: Trajectory) -> None:
+    """plan (llm) -> get_weather (tool, linked to its call) -> answer (llm), in time order, with
+    the normalised messages, the tool-call output, token counts and a clean capture report."""
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "plan"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "answer"),
+    ]
+    first, tool, final = traj.steps
+    assert first.started_ns <= tool.started_ns <= final.started_ns
+
+    assert first.inputs == {
+        "messages": [text("system", "Be brief."), text("user", QUESTION)],
+        "model": "gpt-4o",
+    }
+    assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+
+    assert tool.inputs == {"arguments": {"city": "Paris"}}
+    assert tool.action == "rainy in Paris"
+    assert tool.attributes["requested_by"] == 0 and tool.attributes["tool_call_id"] == "c1"
+
+    assert [m["role"] for m in final.inputs["messages"]] == ["system", "user", "assistant", "tool"]
+    assert final.inputs["messages"][-1]["parts"] == [
+        {"type": "tool_call_response", "response": "rainy in Paris", "id": "c1"}
+    ]
+    assert final.action == [text("assistant", ANSWER)]
+
+    capture = traj.metadata["capture"]
+    assert capture["replayable"] and capture["opaque_steps"] == [] and capture["notes"] == []
+    traj.verify()
