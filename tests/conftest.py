@@ -53,6 +53,21 @@ def fixtures_dir() -> Path:
 
 
 @pytest.fixture
+def provider():
+    """``(TracerProvider, InMemorySpanExporter)``: a private SDK provider whose finished spans
+    the test reads (files may define their own ``provider``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer_provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield tracer_provider, exporter
+    tracer_provider.shutdown()
+
+
+@pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.sqlite"
 

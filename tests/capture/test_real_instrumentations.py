@@ -191,15 +191,6 @@ def run_weather_agent(
     return final.choices[0].message.content
 
 
-@pytest.fixture
-def provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    tracer_provider = TracerProvider()
-    exporter = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield tracer_provider, exporter
-    tracer_provider.shutdown()
-
-
 @contextlib.contextmanager
 def instrumented(instrumentor: Any, tracer_provider: TracerProvider, exporter: Any) -> Iterator:
     """Instrument for one test; afterwards prove the client no longer emits spans."""

@@ -25,12 +25,10 @@ What pydantic-ai 2.68 emits (one trace, the run span is the parent of the three 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_replay import CheckpointStore, StepKind, Trajectory
@@ -87,15 +85,6 @@ def run_agent(provider: TracerProvider, *, version: int, include_content: bool =
         return f"rainy in {city}"
 
     assert agent.run_sync(QUESTION).output == ANSWER
-
-
-@pytest.fixture
-def provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    tracer_provider = TracerProvider()
-    exporter = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield tracer_provider, exporter
-    tracer_provider.shutdown()
 
 
 def captured(
