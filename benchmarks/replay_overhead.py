@@ -4,8 +4,10 @@ for this package and for the published one (trajectory-causal-attribution 1.0.0)
 The same agent function runs (a) bare, with a pass-through context whose steps just call their
 policy and whose rng is one ``random.Random``, and (b) under ``replay`` with every step served
 from the recording (factual), (c) with a prefix plan (steps >= 5 re-drawn, the rest served)
-and (d) with everything re-drawn. Each variant is timed over many rollouts, interleaved and
-repeated; medians are printed with the ratio to the bare agent measured in the same process.
+and (d) with everything re-drawn. A reference row times the floor of any re-drawing replay in
+Python (:class:`FloorContext`: position, keyed stream, timing, a record). Each variant is timed
+over many rollouts, interleaved and repeated; medians are printed with the ratio to the bare
+agent measured in the same process.
 The published package's rows come from this same script run under its interpreter
 (``--as-published``, in the virtual environment ``attribution_suite.py`` also uses).
 
@@ -15,14 +17,19 @@ The published package's rows come from this same script run under its interprete
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
 import sys
 import time
+from contextvars import ContextVar
 from pathlib import Path
 
 from agent_replay import ReplayPlan, record, replay
+
+with contextlib.suppress(ImportError):  # the floor row's streams (not in the published package)
+    from agent_replay.capture.seeds import KeyedRandom, derive_seed, stream_seed
 
 HERE = Path(__file__).resolve().parent
 STEPS = 10
@@ -43,6 +50,37 @@ class BareContext:
         return produce()
 
 
+_STREAM: ContextVar = ContextVar("floor_stream")
+
+
+class FloorContext:
+    """The least any re-drawing replay must do per step, and nothing else: take a position,
+    open the step's keyed stream (this package's own stream class) in a context variable so
+    ``ctx.rng`` draws from it, time the call and keep a record of it. No binding, no plan, no
+    checks: a floor for the "all re-drawn" row, not an alternative implementation."""
+
+    def __init__(self, seed: int) -> None:
+        self.base = derive_seed(seed, "step")
+        self.position = 0
+        self.records: list = []
+        self.rng = self
+
+    def random(self) -> float:
+        return _STREAM.get().random()
+
+    def llm(self, name, produce=None, **inputs):
+        position = self.position
+        self.position = position + 1
+        token = _STREAM.set(KeyedRandom(stream_seed(self.base, position)))
+        started = time.time_ns()
+        try:
+            output = produce()
+        finally:
+            _STREAM.reset(token)
+        self.records.append((name, inputs, output, started, time.time_ns()))
+        return output
+
+
 def variants(published: bool) -> dict:
     """The four variants, through whichever ``agent_replay`` is importable here."""
     if published:  # its API: session_id required, plans sized, plan positional
@@ -55,8 +93,10 @@ def variants(published: bool) -> dict:
         plans = [ReplayPlan.factual(), ReplayPlan.ablate_from(5), ReplayPlan.ablate_from(0)]
         options = {"verify": False}  # the chain is verified once above, as attribution does
     factual, half, everything = plans
+    floor = {} if published else {"floor of any keyed re-draw": lambda r: agent(FloorContext(r))}
     return {
         "bare agent": lambda r: agent(BareContext(r), STEPS),
+        **floor,
         "replay, factual (all served)": lambda r: replay(agent, traj, factual, seed=r, **options),
         "replay, half re-drawn": lambda r: replay(agent, traj, half, seed=r, **options),
         "replay, all re-drawn": lambda r: replay(agent, traj, everything, seed=r, **options),
@@ -85,7 +125,7 @@ def show(title: str, medians: dict[str, float]) -> None:
     print(title)
     for name, per_rollout in medians.items():
         print(
-            f"  {name:<30} {per_rollout * 1e6:9.1f} us/rollout  "
+            f"  {name:<32} {per_rollout * 1e6:9.1f} us/rollout  "
             f"{per_rollout / STEPS * 1e6:7.2f} us/step  ratio {per_rollout / bare:5.2f}x"
         )
 

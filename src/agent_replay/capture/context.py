@@ -71,16 +71,15 @@ def claim_span(span_id: int) -> None:
     CLAIMED_SPANS[span_id] = None
 
 
-class _ActiveStep:
-    """The step whose produce/observe is running: its context, stream seed and model hint."""
-
-    __slots__ = ("ctx", "model_hint", "rng", "seed")
+class _ActiveStep(KeyedRandom):
+    """The step whose produce/observe is running: its context and model hint, and its own
+    random stream (the step *is* its stream: one object per live step)."""
 
     def __init__(self, ctx: AgentContext, seed: int, model_hint: str | None) -> None:
+        self._state = seed
+        self.gauss_next = None
         self.ctx = ctx
-        self.seed = seed
         self.model_hint = model_hint
-        self.rng: random.Random | None = None  # created on first use: most steps never draw
 
 
 # The step whose produce/observe is running, and the run the calling code is inside.
@@ -248,9 +247,7 @@ class AgentContext:
     def _current_rng(self) -> random.Random:
         active = _ACTIVE_STEP.get()
         if active is not None and active.ctx is self:
-            if active.rng is None:
-                active.rng = KeyedRandom(active.seed)
-            return active.rng
+            return active
         segment = self.position
         stream = self._body.get(segment)
         if stream is None:
