@@ -323,8 +323,10 @@ def test_openinference_openai(db_path, provider, openinference, tool_span):
         assert tool.inputs == {"arguments": {"location": "Paris"}}
         assert tool.action == TOOL_RESULT
     else:
-        assert tool.inputs == {"arguments": "Paris"}
-        assert tool.action["data"]["content"] == json.dumps(TOOL_RESULT)
+        # the bare argument is named from the call; the result is the ToolMessage's content
+        assert tool.inputs == {"arguments": {"location": "Paris"}}
+        assert tool.attributes["arguments_from"] == "llm tool call"
+        assert tool.action == json.dumps(TOOL_RESULT)
     assert traj.task == QUESTION  # the AGENT span's input.value
 
 

@@ -192,7 +192,10 @@ def test_langsmith_run_tree_with_dotted_order_and_child_runs():
     assert traj.steps[0].inputs["messages"] == [
         {"role": "user", "parts": [{"type": "text", "content": "weather?"}]}
     ]
-    assert traj.steps[1].inputs == {"arguments": "Paris"} and traj.steps[1].action == "rainy"
+    # the run kept the bare argument ({"input": "Paris"}); the call names it
+    assert traj.steps[1].inputs == {"arguments": {"city": "Paris"}}
+    assert traj.steps[1].attributes["arguments_from"] == "llm tool call"
+    assert traj.steps[1].action == "rainy"
     assert traj.steps[1].error == {"type": "error", "message": "timeout"}
     assert traj.steps[1].attributes["requested_by"] == 0  # linked by name (no id on the run)
     assert traj.task == {"question": "weather?"}

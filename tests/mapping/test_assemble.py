@@ -110,6 +110,34 @@ def test_tool_step_without_result_takes_it_from_the_later_prompt():
     assert traj.metadata["capture"]["tool_steps_without_result"] == []
 
 
+def test_a_bare_tool_argument_is_named_only_by_the_one_argument_of_its_call():
+    """openinference-langchain records ``get_weather(city="Paris")`` as ``input.value="Paris"``;
+    the call that asked for it names the argument, and nothing else is guessed."""
+
+    def tool_inputs(args, bare):
+        tool = {"gen_ai.tool.name": "weather", "gen_ai.tool.call.id": "c1"}
+        tool["gen_ai.tool.call.arguments"] = json.dumps(bare)
+        spans = [
+            span(1, "invoke_agent boss", **AGENT),
+            chat(2, 1, [USER], [call("c1", "weather", args)]),
+            span(3, "execute_tool weather", 1, **tool),
+        ]
+        (traj,) = assemble(spans)
+        step = traj.steps[1]
+        assert step.attributes["requested_by"] == 0
+        return step.inputs, step.attributes.get("arguments_from")
+
+    named = ({"arguments": {"city": "Paris"}}, "llm tool call")
+    assert tool_inputs({"city": "Paris"}, "Paris") == named
+    assert tool_inputs({"city": "Paris"}, "Rome") == ({"arguments": "Rome"}, None)
+    two = {"city": "Paris", "unit": "C"}
+    assert tool_inputs(two, "Paris") == ({"arguments": "Paris"}, None)
+    assert tool_inputs({"city": "Paris"}, {"city": "Paris"}) == (
+        {"arguments": {"city": "Paris"}},
+        None,
+    )
+
+
 def test_unanswered_calls_and_missing_content_are_reported():
     spans = [
         span(1, "invoke_agent boss", **AGENT),

@@ -221,6 +221,97 @@ def test_agent_and_chain_spans_are_containers():
     assert (chain.role, chain.name) == (Role.WORKFLOW, "RunnableSequence")
 
 
+def test_only_langgraph_react_model_node_agent_names_no_agent():
+    """openinference-langchain calls every run with "agent" in its name AGENT; the model node
+    ``agent`` of ``create_react_agent`` is a node inside the agent, other agents stay agents."""
+
+    def mapped(name: str, node: str | None) -> Any:
+        metadata = json.dumps({"langgraph_node": node, "langgraph_step": 1} if node else {})
+        attrs = {"openinference.span.kind": "AGENT", "metadata": metadata}
+        return map_span(span(attrs, name=name))
+
+    assert mapped("agent", "agent").role == Role.WORKFLOW
+    assert mapped("agent", None).role == Role.AGENT  # not a LangGraph node
+    assert mapped("research_agent", "research_agent").role == Role.AGENT  # a user's node
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"type": "tool", "data": {"content": "rainy", "tool_call_id": "c1", "status": "success"}},
+        {
+            "lc": 1,
+            "type": "constructor",
+            "id": ["langchain", "schema", "messages", "ToolMessage"],
+            "kwargs": {"content": "rainy", "tool_call_id": "c1"},
+        },
+    ],
+    ids=["openinference-langchain", "lc-constructor"],
+)
+def test_a_serialised_tool_message_gives_its_content_and_call_id(output):
+    attrs = {
+        "openinference.span.kind": "TOOL",
+        "tool.name": "get_weather",
+        "input.value": "Paris",
+        "output.value": json.dumps(output),
+        "output.mime_type": "application/json",
+    }
+    mapped = map_span(span(attrs))
+    assert (mapped.inputs, mapped.action) == ({"arguments": "Paris"}, "rainy")
+    assert mapped.tool_call_ids == ["c1"]
+
+
+def test_redacted_content_is_not_content():
+    """``__REDACTED__`` (OPENINFERENCE_HIDE_INPUT_TEXT / ..._OUTPUT_TEXT): the messages keep
+    their roles and tool calls without text; the side is not captured, the call ids remain."""
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "__REDACTED__",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "__REDACTED__",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "c1",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
+        "input.value": "__REDACTED__",
+        "output.value": '{"visible": true}',
+        "output.mime_type": "application/json",
+        "llm.token_count.prompt": 7,
+    }
+    mapped = map_span(span(attrs))
+    assert (mapped.role, mapped.kind) == (Role.STEP, StepKind.LLM)
+    assert mapped.inputs is None and mapped.action is None
+    assert mapped.attributes["tool_calls"] == ["c1"] and mapped.attributes["input_tokens"] == 7
+    (note,) = mapped.notes
+    assert "inputs and output" in note and "OPENINFERENCE_HIDE_INPUT_TEXT" in note
+    # only the hidden side is forgotten
+    only_in = {k: v for k, v in attrs.items() if not k.startswith("llm.output_messages")}
+    visible = map_span(span(only_in))
+    assert visible.inputs is None and visible.action == {"visible": True}
+    # a redacted container input is no task
+    agent = map_span(span({"openinference.span.kind": "AGENT", "input.value": "__REDACTED__"}))
+    assert agent.inputs is None and agent.role == Role.AGENT
+
+
+def test_a_langgraph_state_input_gets_its_messages_in_parts():
+    state = {
+        "messages": [{"type": "human", "data": {"content": "hi", "id": "4f2c"}}],
+        "remaining_steps": 9,
+    }
+    attrs = {
+        "openinference.span.kind": "CHAIN",
+        "input.value": json.dumps(state),
+        "input.mime_type": "application/json",
+    }
+    assert map_span(span(attrs)).inputs == {
+        "messages": [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}],
+        "remaining_steps": 9,
+    }
+    # a list that is not all messages is kept as recorded
+    odd = {**state, "messages": [{"type": "human", "data": {"content": "hi"}}, 3]}
+    odd_attrs = {**attrs, "input.value": json.dumps(odd)}
+    assert map_span(span(odd_attrs)).inputs == odd
+
+
 def test_retriever_and_embedding_spans():
     retriever = map_span(
         span(

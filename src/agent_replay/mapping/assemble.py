@@ -17,6 +17,9 @@ have one (ids may be arrays; any element matches), else by tool name to the olde
 request of that name. A tool call that no tool span answers but whose response appears in a
 later llm step's input messages becomes a *synthesized* tool step just before that llm step
 (``attributes["synthesized"]``), and a tool step without a recorded result takes it from there.
+A tool step recorded with only the bare value of its call's one argument (openinference-langchain
+writes ``"Paris"`` for ``{"city": "Paris"}``) takes the call's arguments
+(``attributes["arguments_from"]``).
 Every trajectory carries a capture report saying what is missing for replay.
 """
 
@@ -303,6 +306,7 @@ def _link(items: list[_Draft]) -> None:
                 attributes["requested_by"] = match[0]
                 if match[1] is not None:
                     attributes["tool_call_id"] = match[1]
+                _name_arguments(draft, attributes, items[match[0]].requests, match[1])
                 pending = open_by_name.get(draft.name, [])
                 if match in pending:
                     pending.remove(match)
@@ -323,6 +327,32 @@ def _link(items: list[_Draft]) -> None:
             # kept their ids (``tool_calls``), which still link the tool steps
             for cid in draft.attributes.get("tool_calls") or ():
                 by_id.setdefault(str(cid), index)
+
+
+def _name_arguments(
+    tool: StepDraft,
+    attributes: dict[str, Any],
+    requests: list[tuple[str | None, str, Any]],
+    cid: str | None,
+) -> None:
+    """A tool recorded with the bare value of its only argument (openinference-langchain writes
+    ``input.value = "Paris"`` for ``get_weather(city="Paris")``) takes the arguments of the call
+    that requested it, ``{"city": "Paris"}``, when that call has exactly this one value."""
+    inputs = tool.inputs
+    if not (
+        isinstance(inputs, dict)
+        and list(inputs) == ["arguments"]
+        and isinstance(inputs["arguments"], str)
+    ):
+        return
+    for request_id, name, arguments in requests:
+        if (request_id == cid if cid is not None else name == tool.name) and isinstance(
+            arguments, dict
+        ):
+            if list(arguments.values()) == [inputs["arguments"]]:
+                tool.inputs = {"arguments": dict(arguments)}
+                attributes["arguments_from"] = "llm tool call"
+            return
 
 
 def _encodable(value: Any, what: str, notes: list[str]) -> Any:

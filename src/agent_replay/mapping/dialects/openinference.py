@@ -12,16 +12,33 @@ layout the ``gen_ai`` dialect produces (``messages``, ``tools``, ``model``, ``pa
 step reads the same whichever instrumentation recorded it. ``input.value`` / ``output.value``
 (decoded when their mime type is JSON) are the fallback content. The nested form some exporters
 write (``llm.input_messages`` holding a list of objects) is read too.
+
+Content an instrumentation hid (``OPENINFERENCE_HIDE_INPUTS`` / ``..._OUTPUTS`` / ``..._TEXT``,
+``TraceConfig(hide_...)``) is written as the placeholder ``__REDACTED__``: that side of the step
+is read as not captured (with a note naming the settings), never as content.
+
+What ``openinference-instrumentation-langchain`` 0.1.80 writes, and how it is read (see
+``tests/mapping/test_openinference_langchain_real.py``): a TOOL span's ``output.value`` is the
+serialised ``ToolMessage`` (``{"type": "tool", "data": {"content", "tool_call_id", ...}}``): the
+step's result is its ``content`` and its call id is ``tool_call_id``. A tool whose one argument
+is a string has that bare string as ``input.value``; the trajectory takes the named arguments
+from the llm call that requested it. AGENT and CHAIN inputs holding ``{"messages": [...]}``
+(LangGraph state) get those messages in the parts shape. Every run whose name contains "agent"
+is an AGENT span, so the model node ``agent`` of LangGraph's ``create_react_agent`` is one: that
+node (``metadata.langgraph_node == "agent"``) is read as a workflow inside the agent, so the
+agent's steps keep the agent's name.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+from ..messages import normalize_messages
 
 SPAN_KIND = "openinference.span.kind"
 INPUT_VALUE = "input.value"
@@ -53,6 +70,16 @@ AGENT_NAME = "agent.name"
 RETRIEVAL_DOCUMENTS = "retrieval.documents"
 EMBEDDINGS = "embedding.embeddings"
 EMBEDDING_MODEL_NAME = "embedding.model_name"
+METADATA = "metadata"
+# what OpenInference writes in place of hidden content (``openinference.instrumentation.config``)
+REDACTED = "__REDACTED__"
+HIDDEN = (
+    "OpenInference hid this step's {side} (__REDACTED__); unset OPENINFERENCE_HIDE_INPUTS / "
+    "OPENINFERENCE_HIDE_OUTPUTS / OPENINFERENCE_HIDE_INPUT_TEXT / OPENINFERENCE_HIDE_OUTPUT_TEXT "
+    "(or the TraceConfig(hide_...) options) to make it replayable"
+)
+# LangGraph's create_react_agent runs the model in this node
+REACT_MODEL_NODE = "agent"
 
 _STEP_KINDS = {
     "LLM": StepKind.LLM,
@@ -73,6 +100,7 @@ _PARAMETERS = (
     "presence_penalty",
 )
 _INDEX = re.compile(r"\d+")
+_OUTPUT_KEYS = (OUTPUT_MESSAGES, CHOICES, RETRIEVAL_DOCUMENTS)
 _FIRST_MESSAGE_ROLE = INPUT_MESSAGES + ".0.message.role"
 
 
@@ -86,6 +114,11 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             return False
         raw_kind = "LLM"
     kind_name = str(raw_kind).strip().upper()
+    hidden = _hidden_sides(attrs)
+    if hidden:
+        # the placeholders are not content: read the span without them
+        span = replace(span, attributes={k: v for k, v in attrs.items() if v != REDACTED})
+        attrs = span.attributes
 
     agent = attrs.get(AGENT_NAME)
     if isinstance(agent, str) and agent:
@@ -94,20 +127,21 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if isinstance(session, (str, int)) and not isinstance(session, bool):
         mapped.set_conversation(session)
 
-    if kind_name == "AGENT":
+    if kind_name == "AGENT" and not _is_react_model_node(attrs, span.name):
         if mapped.role == Role.OTHER:
             mapped.role = Role.AGENT
             mapped.kind = StepKind.AGENT
             mapped.name = mapped.name or (agent if isinstance(agent, str) and agent else span.name)
-            _fallback_content(span, mapped)
+            _fallback_content(span, mapped, state=True)
         return True
-    if kind_name == "CHAIN":
+    if kind_name in ("AGENT", "CHAIN"):
         if mapped.role == Role.OTHER:
             mapped.role = Role.WORKFLOW
             mapped.name = mapped.name or span.name
-            _fallback_content(span, mapped)
+            _fallback_content(span, mapped, state=True)
         return True
 
+    had = (mapped.has_inputs, mapped.has_output)
     kind = _STEP_KINDS.get(kind_name)
     if kind is StepKind.LLM:
         mapped.set_step(kind, span.name)
@@ -124,7 +158,47 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         _read_embedding(span, mapped)
     # other kinds (RERANKER, GUARDRAIL, ...) stay OTHER; their I/O is still worth keeping
     _fallback_content(span, mapped)
+    if hidden:
+        _forget_hidden(mapped, hidden, had)
     return True
+
+
+def _hidden_sides(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which sides (``inputs``, ``output``) hold OpenInference's ``__REDACTED__`` placeholder.
+    Image URLs over ``OPENINFERENCE_BASE64_IMAGE_MAX_LENGTH`` are redacted too; an image part
+    without its URL is still read, so they hide nothing here."""
+    if REDACTED not in attrs.values():
+        return ()
+    sides = set()
+    for key, value in attrs.items():
+        if value != REDACTED or not isinstance(key, str) or key.endswith(".url"):
+            continue
+        output = key == OUTPUT_VALUE or key.startswith(_OUTPUT_KEYS) or key.endswith(".vector")
+        # the rest: input.value, llm.input_messages, llm.prompts, embedding text, reranker query
+        sides.add("output" if output else "inputs")
+    return tuple(sorted(sides))
+
+
+def _forget_hidden(mapped: MappedSpan, hidden: tuple[str, ...], had: tuple[bool, bool]) -> None:
+    """A side with hidden parts is not captured: drop the shells read from it (messages with a
+    role and no text), keep the tool call ids (they still link tool steps), and say so."""
+    if mapped.role != Role.STEP:
+        return
+    if "inputs" in hidden and not had[0]:
+        mapped.inputs, mapped.has_inputs = None, False
+    if "output" in hidden and not had[1]:
+        mapped.set_attr("tool_calls", mapped.requested_tool_calls or None)
+        mapped.action, mapped.has_output = None, False
+    mapped.notes.append(HIDDEN.format(side=" and ".join(hidden)))
+
+
+def _is_react_model_node(attrs: Mapping[str, Any], name: str) -> bool:
+    """The model node of LangGraph's ``create_react_agent``: the LangChain instrumentation
+    calls it AGENT for the word in its name, but it is a node inside the agent (the graph)."""
+    if name != REACT_MODEL_NODE:
+        return False
+    metadata = parse_json(attrs.get(METADATA))
+    return isinstance(metadata, Mapping) and metadata.get("langgraph_node") == REACT_MODEL_NODE
 
 
 # -- LLM ----------------------------------------------------------------------------------------
@@ -160,7 +234,8 @@ def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
         mapped.set_llm_inputs(
             messages, tools=[t for t in tools if t is not None] or None, model=model or None
         )
-    params = {key: invocation[key] for key in _PARAMETERS if key in invocation}
+    # LangChain writes every parameter, unset ones as null ("stop": null)
+    params = {key: invocation[key] for key in _PARAMETERS if invocation.get(key) is not None}
     if params:
         mapped.set_attr("parameters", params)  # beside the inputs, as every dialect keeps them
 
@@ -275,9 +350,12 @@ def _read_tool(span: NormalizedSpan, mapped: MappedSpan) -> None:
     if INPUT_VALUE in attrs:
         mapped.set_inputs({"arguments": _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)})
     output = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE) if OUTPUT_VALUE in attrs else None
+    message = _tool_message(output)
+    if message is not None and "content" in message:
+        mapped.set_output(message["content"])  # what the model was given
     mapped.set_output(output)
     if not mapped.tool_call_ids:
-        call_id = _text(attrs.get(TOOL_ID)) or _embedded_call_id(output)
+        call_id = _text(attrs.get(TOOL_ID)) or _embedded_call_id(output, message)
         if call_id:
             mapped.tool_call_ids = [call_id]
     description = _text(attrs.get(TOOL_DESCRIPTION))
@@ -285,11 +363,24 @@ def _read_tool(span: NormalizedSpan, mapped: MappedSpan) -> None:
         mapped.set_attr("tool_description", description)
 
 
-def _embedded_call_id(output: Any) -> str | None:
-    """LangChain's TOOL spans carry the call id only inside the serialised ToolMessage."""
+def _tool_message(output: Any) -> Mapping[str, Any] | None:
+    """The fields of the LangChain ``ToolMessage`` a TOOL span's output serialises:
+    ``{"type": "tool", "data": {...}}`` (openinference-langchain) or the ``lc`` constructor
+    form (``{"lc": 1, "id": [..., "ToolMessage"], "kwargs": {...}}``)."""
     if not isinstance(output, Mapping):
         return None
-    for holder in (output, output.get("data"), output.get("kwargs")):
+    if output.get("type") == "tool" and isinstance(output.get("data"), Mapping):
+        return output["data"]
+    ident = output.get("id")
+    kwargs = output.get("kwargs")
+    if output.get("lc") is not None and isinstance(ident, list) and isinstance(kwargs, Mapping):
+        return kwargs if ident[-1:] == ["ToolMessage"] else None
+    return None
+
+
+def _embedded_call_id(output: Any, message: Mapping[str, Any] | None) -> str | None:
+    """LangChain's TOOL spans carry the call id only inside the serialised ToolMessage."""
+    for holder in (message, output):
         if isinstance(holder, Mapping):
             found = _text(holder.get("tool_call_id"))
             if found:
@@ -327,12 +418,27 @@ def _read_embedding(span: NormalizedSpan, mapped: MappedSpan) -> None:
         mapped.set_output(vectors)
 
 
-def _fallback_content(span: NormalizedSpan, mapped: MappedSpan) -> None:
+def _fallback_content(span: NormalizedSpan, mapped: MappedSpan, *, state: bool = False) -> None:
+    """``input.value`` / ``output.value`` as the content; with ``state`` (agents and chains), a
+    LangGraph state's ``messages`` are put in the parts shape (LangChain serialises them with
+    per-run message ids, which would make every run's task differ)."""
     attrs = span.attributes
     if INPUT_VALUE in attrs:
-        mapped.set_inputs(_io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE))
+        value = _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)
+        mapped.set_inputs(_with_messages(value) if state else value)
     if OUTPUT_VALUE in attrs:
-        mapped.set_output(_io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE))
+        value = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE)
+        mapped.set_output(_with_messages(value) if state else value)
+
+
+def _with_messages(value: Any) -> Any:
+    """``value`` with its ``messages`` list normalised when every item is a message."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("messages"), list):
+        return value
+    messages = normalize_messages(value["messages"])
+    if not messages or len(messages) != len(value["messages"]):
+        return value
+    return {**value, "messages": messages}
 
 
 # -- flattened attributes -----------------------------------------------------------------------
