@@ -23,9 +23,12 @@ def text(role: str, content: str) -> dict[str, Any]:
     return {"role": role, "parts": [{"type": "text", "content": content}]}
 
 
-def assert_weather_trajectory(traj: Trajectory) -> None:
+def assert_weather_trajectory(
+    traj: Trajectory, *, tools: list[dict[str, Any]] | None = None
+) -> None:
     """plan (llm) -> get_weather (tool, linked to its call) -> answer (llm), in time order, with
-    the normalised messages, the tool-call output, token counts and a clean capture report."""
+    the normalised messages, the tool-call output, token counts and a clean capture report;
+    ``tools``: the tool definitions the plan call was offered, when the SDK records them."""
     assert [(s.kind, s.name) for s in traj.steps] == [
         (StepKind.LLM, "plan"),
         (StepKind.TOOL, "get_weather"),
@@ -36,6 +39,7 @@ def assert_weather_trajectory(traj: Trajectory) -> None:
 
     assert first.inputs == {
         "messages": [text("system", "Be brief."), text("user", QUESTION)],
+        **({"tools": tools} if tools else {}),
         "model": "gpt-4o",
     }
     assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]

@@ -1,0 +1,315 @@
+"""The OpenInference dialect on the spans the real LangChain instrumentation emits, offline.
+
+Real ``langchain-core`` runs driven by a ``GenericFakeChatModel`` (no network) that first asks
+for ``get_weather`` (a real ``@tool``) and then answers, traced by the real
+``openinference-instrumentation-langchain`` ``LangChainInstrumentor`` on an SDK provider. The
+spans are read the two ways users read them: ``attach`` into a SQLite store, and
+``from_otel_spans`` on the spans an ``InMemorySpanExporter`` kept. The agents: a hand-written
+tool loop inside a ``@chain`` runnable, LangGraph's prebuilt ``create_react_agent`` and
+LangChain's ``create_agent`` (its replacement since LangGraph 1.0).
+
+What openinference-instrumentation-langchain 0.1.80 emits (langchain-core 1.8.3, langgraph
+1.2.24, langchain 1.5.2), one span per LangChain run, OTel kind INTERNAL, scope
+``openinference.instrumentation.langchain``:
+
+* chat model run → ``LLM`` span named after the model class (or the ``run_name``):
+  ``llm.input_messages.N.message.{role,content,name,tool_call_id}`` and
+  ``...tool_calls.K.tool_call.{id,function.name,function.arguments}``, the same under
+  ``llm.output_messages``, ``llm.tools.N.tool.json_schema`` and ``llm.invocation_parameters``
+  (with ``"stop": null``) from ``bind_tools``, ``llm.model_name`` (``ls_model_name``),
+  ``llm.provider`` (``ls_provider``), ``llm.token_count.*`` from ``usage_metadata``, and
+  ``input.value`` / ``output.value`` holding the serialised run (LangChain ``lc`` dumps).
+* tool run → ``TOOL`` span named after the tool: ``tool.name``, ``tool.description``, **no**
+  ``tool.id``; ``input.value`` is the bare argument (``"Paris"``, no mime type) when the tool
+  has one string argument; ``output.value`` is the serialised ``ToolMessage``
+  (``{"type": "tool", "data": {"content", "tool_call_id", "status", ...}}``).
+* every other run (``@chain`` functions, LangGraph graphs, nodes, prompts, routers) → ``CHAIN``,
+  or ``AGENT`` when its *name contains "agent"*: the graph ``weather_agent``, but also the model
+  node ``agent`` of ``create_react_agent``. Chains whose input has ``messages`` also get
+  ``llm.input_messages`` of the first message only. ``metadata`` holds LangGraph's
+  ``langgraph_node`` / ``langgraph_step`` ...; ``thread_id`` becomes ``session.id``. No
+  ``agent.name`` attribute anywhere.
+* ``TraceConfig(hide_inputs=True, hide_outputs=True)`` (or ``OPENINFERENCE_HIDE_INPUTS`` /
+  ``OPENINFERENCE_HIDE_OUTPUTS``): the same spans, ``input.value`` / ``output.value`` are the
+  text ``__REDACTED__``, no ``llm.input_messages`` / ``llm.output_messages`` / ``llm.tools``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, chain
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.prebuilt import create_react_agent
+from openinference.instrumentation import TraceConfig
+from openinference.instrumentation.langchain import LangChainInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay.interop import from_otel_spans
+from agent_replay.otel import attach
+from weather_run import ANSWER, CALL, CALL_PART, QUESTION, assert_weather_trajectory, text
+
+SYSTEM = "Be brief."
+USAGE = {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}
+USER = text("user", QUESTION)
+LC_CALL = {
+    "name": CALL["function"]["name"],
+    "args": json.loads(CALL["function"]["arguments"]),
+    "id": CALL["id"],
+    "type": "tool_call",
+}
+
+
+class ChatFake(GenericFakeChatModel):
+    """``GenericFakeChatModel`` plus what a provider's chat model has: a model name (LangChain
+    records it as ``ls_model_name`` and in the invocation parameters) and ``bind_tools`` in the
+    OpenAI tool format, as ``ChatOpenAI`` binds them."""
+
+    model: str = "gpt-4o"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Runnable:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Get the weather of a city."""
+    return f"rainy in {city}"
+
+
+TOOL_DEFINITION = {"type": "function", **convert_to_openai_tool(get_weather)["function"]}
+
+
+def fake_model() -> ChatFake:
+    """Asks for the weather first, then answers."""
+    return ChatFake(
+        messages=iter(
+            [
+                AIMessage("", tool_calls=[LC_CALL], usage_metadata=USAGE),
+                AIMessage(ANSWER, usage_metadata={**USAGE, "input_tokens": 30}),
+            ]
+        )
+    )
+
+
+def run_loop() -> str:
+    """A tool loop written by hand, inside a ``@chain`` runnable named ``weather_agent``."""
+    llm = fake_model().bind_tools([get_weather])
+
+    @chain
+    def weather_agent(question: str) -> str:
+        messages = [SystemMessage(SYSTEM), HumanMessage(question)]
+        request = llm.invoke(messages, {"run_name": "plan"})
+        messages.append(request)
+        messages += [get_weather.invoke(call) for call in request.tool_calls]
+        return llm.invoke(messages, {"run_name": "answer"}).content
+
+    return weather_agent.invoke(QUESTION)
+
+
+def run_graph(factory: str) -> str:
+    """LangGraph's prebuilt ReAct agent or LangChain's ``create_agent``, on thread ``t1``."""
+    if factory == "create_react_agent":
+        with warnings.catch_warnings():  # deprecated since LangGraph 1.0, still much used
+            warnings.simplefilter("ignore")
+            agent = create_react_agent(
+                fake_model(), [get_weather], prompt=SYSTEM, name="weather_agent"
+            )
+    else:
+        agent = create_agent(
+            fake_model(), [get_weather], system_prompt=SYSTEM, name="weather_agent"
+        )
+    state = agent.invoke(
+        {"messages": [HumanMessage(QUESTION)]}, {"configurable": {"thread_id": "t1"}}
+    )
+    return state["messages"][-1].content
+
+
+@pytest.fixture
+def instrument(provider) -> Iterator[Any]:
+    """``instrument(config=None)`` instruments LangChain for this test only."""
+    instrumentor = LangChainInstrumentor()  # a singleton, as every BaseInstrumentor
+
+    def start(config: TraceConfig | None = None) -> None:
+        instrumentor.instrument(tracer_provider=provider[0], config=config)
+
+    yield start
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+    provider[1].clear()
+    assert run_loop() == ANSWER
+    assert provider[1].get_finished_spans() == ()  # uninstrumented: no span leaks to others
+
+
+def captured(
+    how: str, db_path: Path, provider: tuple[TracerProvider, InMemorySpanExporter], run
+) -> Trajectory:
+    """Run ``run`` once and read its trajectory ``how``: ``processor`` or ``spans``."""
+    tracer_provider, exporter = provider
+    processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
+    assert run() == ANSWER
+    if processor is None:
+        return from_otel_spans(exporter.get_finished_spans())
+    assert processor.force_flush()
+    assert processor.stats()["errors"] == 0
+    with CheckpointStore(db_path) as store:
+        (session_id,) = store.session_ids()
+        (verdict,) = store.verify(session_id)
+        assert verdict.ok
+        return store.load(session_id)
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[Any]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+def test_a_tool_loop_in_a_chain_becomes_the_weather_trajectory(db_path, provider, instrument, how):
+    instrument()
+    traj = captured(how, db_path, provider, run_loop)
+
+    # what the instrumentation really writes (the dialect's input)
+    (root,) = spans_named(provider[1], "weather_agent")
+    assert root.attributes["openinference.span.kind"] == "AGENT"  # "agent" in the run name
+    (tool_span,) = spans_named(provider[1], "get_weather")
+    assert "tool.id" not in tool_span.attributes
+    assert tool_span.attributes["input.value"] == "Paris"
+    result = json.loads(tool_span.attributes["output.value"])
+    assert result["type"] == "tool" and result["data"]["tool_call_id"] == "c1"
+    (plan,) = spans_named(provider[1], "plan")
+    assert json.loads(plan.attributes["llm.invocation_parameters"])["stop"] is None
+
+    assert_weather_trajectory(traj, tools=[TOOL_DEFINITION])
+    first, tool_step, final = traj.steps
+    assert {s.agent for s in traj.steps} == {"weather_agent"}  # the AGENT span names it
+    assert traj.task == QUESTION  # the chain's input
+    assert traj.metadata["root_span"] == "weather_agent"
+    assert first.attributes["model"] == "gpt-4o" and first.attributes["provider"] == "fake"
+    assert "parameters" not in first.attributes  # "stop": null is no request parameter
+    # the result is the ToolMessage's content, the arguments are named from the call
+    assert tool_step.attributes["arguments_from"] == "llm tool call"
+    assert tool_step.attributes["tool_description"] == "Get the weather of a city."
+    assert final.attributes["input_tokens"] == 30
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("factory", ["create_react_agent", "create_agent"])
+def test_a_prebuilt_langgraph_agent_becomes_llm_tool_llm(
+    db_path, provider, instrument, factory, how
+):
+    instrument()
+    traj = captured(how, db_path, provider, lambda: run_graph(factory))
+    spans = provider[1].get_finished_spans()
+    kinds = [s.attributes["openinference.span.kind"] for s in spans]
+    assert kinds.count("LLM") == 2 and kinds.count("TOOL") == 1
+    if factory == "create_react_agent":
+        # the model node is called AGENT for its name ("agent"), like the graph itself
+        assert [s.name for s in spans if s.attributes["openinference.span.kind"] == "AGENT"] == [
+            "agent",
+            "agent",
+            "weather_agent",
+        ]
+    assert {s.attributes["session.id"] for s in spans} == {"t1"}
+
+    # graph, nodes, prompts and routers are containers: three steps from 15 or 7 spans
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "ChatFake"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "ChatFake"),
+    ]
+    assert traj.metadata["capture"]["spans"] == len(spans)
+    assert traj.session_id == "t1"
+    assert traj.metadata["root_span"] == "weather_agent"
+    # the graph's state in the parts shape, not LangChain's dump with per-run message ids
+    assert traj.task == {"messages": [USER]}
+    # every step is the graph's, the model node "agent" included
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+
+    first, tool_step, final = traj.steps
+    assert first.inputs == {
+        "messages": [text("system", SYSTEM), USER],
+        "tools": [TOOL_DEFINITION],
+        "model": "gpt-4o",
+    }
+    assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]
+    assert first.attributes["tool_calls"] == ["c1"]
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+
+    assert tool_step.inputs == {"arguments": {"city": "Paris"}}
+    assert tool_step.action == "rainy in Paris"
+    assert tool_step.attributes["requested_by"] == 0
+    assert tool_step.attributes["tool_call_id"] == "c1"
+
+    # the agent names its own messages in the state it feeds back
+    assert final.inputs["messages"] == [
+        text("system", SYSTEM),
+        USER,
+        {"role": "assistant", "parts": [CALL_PART], "name": "weather_agent"},
+        {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "response": "rainy in Paris", "id": "c1"}],
+            "name": "get_weather",
+        },
+    ]
+    assert final.action == [text("assistant", ANSWER)]
+
+    report = traj.metadata["capture"]
+    assert report["replayable"] is True and report["notes"] == []
+    assert report["steps_without_content"] == [] and report["opaque_steps"] == []
+    assert report["tool_steps_without_result"] == [] and report["unanswered_tool_calls"] == []
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("hide", ["config", "env"])
+def test_hidden_content_is_reported_not_read_as_redacted_text(
+    db_path, provider, instrument, monkeypatch, hide, how
+):
+    if hide == "env":
+        monkeypatch.setenv("OPENINFERENCE_HIDE_INPUTS", "true")
+        monkeypatch.setenv("OPENINFERENCE_HIDE_OUTPUTS", "true")
+        instrument()
+    else:
+        instrument(TraceConfig(hide_inputs=True, hide_outputs=True))
+    traj = captured(how, db_path, provider, lambda: run_graph("create_react_agent"))
+    (tool_span,) = spans_named(provider[1], "get_weather")
+    assert tool_span.attributes["input.value"] == "__REDACTED__"
+    assert tool_span.attributes["output.value"] == "__REDACTED__"
+
+    # the structure survives: kinds, names, the acting agent, the thread
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "ChatFake"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "ChatFake"),
+    ]
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    assert traj.session_id == "t1"
+    # what is not content survives too: model, usage, tool description
+    assert traj.steps[0].attributes["model"] == "gpt-4o"
+    assert traj.steps[0].attributes["input_tokens"] == 12
+    assert traj.steps[1].attributes["tool_description"] == "Get the weather of a city."
+    # the placeholder is not content: no step, and not the task, holds "__REDACTED__"
+    for step in traj.steps:
+        assert step.inputs is None and step.action is None
+    assert traj.task == {"root_span": "weather_agent"}
+
+    report = traj.metadata["capture"]
+    assert report["replayable"] is False
+    assert report["steps_without_content"] == [0, 1, 2]
+    assert report["tool_steps_without_result"] == [1]
+    assert sum("OPENINFERENCE_HIDE_INPUTS" in note for note in report["notes"]) == 3
+    assert any("no message content was captured" in note for note in report["notes"])
