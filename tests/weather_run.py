@@ -1,6 +1,7 @@
 """The small weather agent the tracing-SDK tests record through each SDK's own spans (Langfuse,
-LangSmith): a planning llm call asking for ``get_weather``, the tool, an llm answer; and what
-the trajectory made from those spans must hold whatever the SDK."""
+LangSmith, their OpenAI and LangChain integrations): a planning llm call asking for
+``get_weather``, the tool, an llm answer; and what the trajectory made from those spans must
+hold whatever the SDK."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ CALL = {
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
 CALL_PART = {"type": "tool_call", "name": "get_weather", "id": "c1", "arguments": {"city": "Paris"}}
+#: get_weather as offered to an OpenAI-style API (what LangChain's ``@tool`` converts to)
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+#: the same definition in an llm step's inputs (the flat OTel form)
+TOOL_DEFINITION = {"type": "function", **TOOL["function"]}
 
 
 def text(role: str, content: str) -> dict[str, Any]:
@@ -24,23 +40,29 @@ def text(role: str, content: str) -> dict[str, Any]:
 
 
 def assert_weather_trajectory(
-    traj: Trajectory, *, tools: list[dict[str, Any]] | None = None
+    traj: Trajectory,
+    *,
+    llm_names: tuple[str, str] = ("plan", "answer"),
+    model: str = "gpt-4o",
+    tools: list[dict[str, Any]] | None = None,
 ) -> None:
     """plan (llm) -> get_weather (tool, linked to its call) -> answer (llm), in time order, with
-    the normalised messages, the tool-call output, token counts and a clean capture report;
-    ``tools``: the tool definitions the plan call was offered, when the SDK records them."""
+    the normalised messages, the model, the tools offered (``tools``: both llm steps were
+    offered these definitions), the tool-call output, token counts and a clean capture
+    report."""
     assert [(s.kind, s.name) for s in traj.steps] == [
-        (StepKind.LLM, "plan"),
+        (StepKind.LLM, llm_names[0]),
         (StepKind.TOOL, "get_weather"),
-        (StepKind.LLM, "answer"),
+        (StepKind.LLM, llm_names[1]),
     ]
     first, tool, final = traj.steps
     assert first.started_ns <= tool.started_ns <= final.started_ns
 
+    offered = {"tools": tools} if tools is not None else {}
     assert first.inputs == {
         "messages": [text("system", "Be brief."), text("user", QUESTION)],
-        **({"tools": tools} if tools else {}),
-        "model": "gpt-4o",
+        "model": model,
+        **offered,
     }
     assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]
     assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
@@ -53,6 +75,7 @@ def assert_weather_trajectory(
     assert final.inputs["messages"][-1]["parts"] == [
         {"type": "tool_call_response", "response": "rainy in Paris", "id": "c1"}
     ]
+    assert (final.inputs["model"], final.inputs.get("tools")) == (model, tools)
     assert final.action == [text("assistant", ANSWER)]
 
     capture = traj.metadata["capture"]

@@ -1,31 +1,52 @@
 """The LangSmith SDK's own OTel spans, recorded offline and read by the ``langsmith`` dialect.
 
-``LANGSMITH_OTEL_ENABLED`` + ``LANGSMITH_OTEL_ONLY`` put the real ``langsmith`` client in its
-OTel-only tracing mode, in which it never calls the LangSmith API; it is handed a private
-``TracerProvider`` (``otel_tracer_provider=``) with an in-memory exporter. The agent: a
-``@traceable`` chain calling a ``@traceable(run_type="llm")`` function that asks for a tool,
-a ``@traceable(run_type="tool")`` function, and a second llm function that answers in text.
+``LANGSMITH_OTEL_ENABLED`` + ``LANGSMITH_OTEL_ONLY`` put the real ``langsmith`` client (0.15.1)
+in its OTel-only tracing mode, in which it never calls the LangSmith API; it is handed a private
+``TracerProvider`` (``otel_tracer_provider=``) with an in-memory exporter. Two agents:
+
+* ``@traceable``: a chain calling a ``@traceable(run_type="llm")`` function that asks for a
+  tool, a ``@traceable(run_type="tool")`` function, and a second llm function that answers;
+* LangChain (langchain-core 1.8.3, the loop of ``langchain_weather``) traced the way LangSmith
+  users trace it: ``LANGSMITH_TRACING`` on, and ``tracing_context(client=...)``, so
+  langchain-core adds LangSmith's ``LangChainTracer`` itself. In OTel-only mode the tracer's
+  runs are exported as OTel spans too, one per run: ``langsmith.span.kind`` is the run type
+  (``chain`` for the agent lambda and the sequences, ``prompt`` for prompt templates, ``parser``
+  for output parsers, ``llm``, ``tool``) and ``gen_ai.operation.name`` LangSmith's mapping of it
+  (``chat`` for ``llm`` *and* ``prompt``, ``execute_tool``, else the run type); an llm run's
+  ``gen_ai.prompt`` holds ``{"messages": [[lc-serialised messages]]}``, its
+  ``gen_ai.completion`` the ``LLMResult`` (``generations``), its bound tools are only in
+  ``gen_ai.tool.definitions``, and usage is in ``gen_ai.usage.*``; a tool run has
+  ``gen_ai.tool.call.id`` and, as ``gen_ai.completion``, ``{"output": <the ToolMessage's
+  fields>}``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import langsmith
 import pytest
+from langsmith import env as ls_env
+from langsmith import utils as ls_utils
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_replay import StepKind
 from agent_replay.interop import from_otel_spans
-from weather_run import ANSWER, CALL, QUESTION, assert_weather_trajectory
-
-langsmith = pytest.importorskip("langsmith")
-from langsmith import env as ls_env  # noqa: E402
-from langsmith import utils as ls_utils  # noqa: E402
+from langchain_weather import MODEL_RUN, weather_agent
+from weather_run import (
+    ANSWER,
+    CALL,
+    QUESTION,
+    TOOL,
+    TOOL_DEFINITION,
+    assert_weather_trajectory,
+)
 
 USAGE = {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}
 LLM_METADATA = {"ls_provider": "openai", "ls_model_name": "gpt-4o"}
@@ -148,3 +169,45 @@ def test_real_langsmith_otel_spans_with_a_failing_tool(recorded):
     assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == (
         "error: weather service timed out"
     )
+
+
+def test_langchain_through_langsmiths_tracer_in_otel_only_mode(recorded):
+    client, exporter = recorded
+    with langsmith.tracing_context(client=client, metadata={"thread_id": "t1"}):
+        assert weather_agent.invoke(QUESTION) == ANSWER
+    client.flush()
+    spans = exporter.get_finished_spans()
+
+    # what LangSmith's LangChain tracer really exports (the dialect's input)
+    kinds = Counter(
+        (s.name, s.attributes["langsmith.span.kind"], s.attributes["gen_ai.operation.name"])
+        for s in spans
+    )
+    assert kinds == {
+        ("weather_agent", "chain", "chain"): 1,
+        ("RunnableSequence", "chain", "chain"): 2,
+        ("ChatPromptTemplate", "prompt", "chat"): 2,  # a template, exported as a chat
+        (MODEL_RUN, "llm", "chat"): 2,
+        ("get_weather", "tool", "execute_tool"): 1,
+        ("StrOutputParser", "parser", "parser"): 1,
+    }
+    llm = next(s for s in spans if s.name == MODEL_RUN).attributes
+    assert json.loads(llm["gen_ai.tool.definitions"]) == [TOOL]
+    assert [m["id"][-1] for m in json.loads(llm["gen_ai.prompt"])["messages"][0]] == [
+        "SystemMessage",
+        "HumanMessage",
+    ]
+    assert llm["gen_ai.request.model"] == "gpt-4o" and llm["gen_ai.usage.input_tokens"] == 12
+    tool = next(s for s in spans if s.name == "get_weather").attributes
+    assert tool["gen_ai.tool.call.id"] == "c1"
+    output = json.loads(tool["gen_ai.completion"])["output"]
+    assert (output["type"], output["content"]) == ("tool", "rainy in Paris")  # the ToolMessage
+
+    traj = from_otel_spans(spans)
+    assert traj.session_id == "t1"
+    assert traj.metadata["root_span"] == "weather_agent"
+    assert traj.task == {"input": QUESTION}  # the lambda's run inputs
+    # prompt templates, sequences and the parser are not steps; the tools come from
+    # gen_ai.tool.definitions and the tool's result out of its ToolMessage
+    assert_weather_trajectory(traj, llm_names=(MODEL_RUN, MODEL_RUN), tools=[TOOL_DEFINITION])
+    assert {s.agent for s in traj.steps} == {None}  # chains are workflows, not agents

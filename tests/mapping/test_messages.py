@@ -12,6 +12,7 @@ from agent_replay.mapping.messages import (
     normalize_tools,
     requested_tool_calls,
     tool_responses,
+    tool_result,
 )
 
 # The same conversation (system, user, assistant tool call, tool result) in every accepted
@@ -203,6 +204,18 @@ def test_system_and_tools():
         "model": "m",
     }
     assert llm_inputs(None) is None
+
+
+def test_a_langchain_tool_message_as_a_tool_output_is_its_content():
+    fields = {"content": "rainy", "type": "tool", "tool_call_id": "c1", "status": "success"}
+    assert tool_result(fields) == "rainy"  # LangSmith's tracer, Langfuse's callback handler
+    lc = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"]}
+    assert tool_result({**lc, "kwargs": fields}) == "rainy"
+    # anything else is what the tool returned
+    assert tool_result({"type": "tool", "content": "x"}) == {"type": "tool", "content": "x"}
+    human = {**lc, "id": ["HumanMessage"], "kwargs": fields}
+    assert tool_result(human) == human
+    assert tool_result("rainy") == "rainy"
 
 
 json_values = st.recursive(

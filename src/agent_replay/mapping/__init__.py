@@ -121,8 +121,9 @@ class MappedSpan:
             self.requested_tool_calls = [i for i, _ in requested_tool_calls(normalized) if i]
 
     def set_step(self, kind: StepKind, name: str | None) -> None:
-        """Claim the span as a step of ``kind`` unless a dialect with precedence already did."""
-        if self.role == Role.STEP:
+        """Claim the span as a step of ``kind`` unless a dialect with precedence already said
+        what it is (a step, or an agent, workflow or plan around steps)."""
+        if self.role != Role.OTHER:
             return
         self.role, self.kind = Role.STEP, kind
         if name and not self.name:

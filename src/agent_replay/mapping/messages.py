@@ -40,6 +40,7 @@ __all__ = [
     "text_message",
     "tool_call_parts",
     "tool_responses",
+    "tool_result",
 ]
 
 _ROLE_ALIASES = {
@@ -438,6 +439,24 @@ def normalize_tools(value: Any) -> list[Any] | None:
         else:
             tools.append(tool)
     return tools
+
+
+def tool_result(value: Any) -> Any:
+    """The content of a LangChain ``ToolMessage`` recorded as a tool's output: serialised as an
+    ``lc`` constructor (content in ``kwargs``), or as the message's own fields ``{"type":
+    "tool", "content", "tool_call_id", ...}`` (how LangSmith's tracer and Langfuse's callback
+    handler write what a LangChain tool returned). Any other value is returned unchanged."""
+    if not isinstance(value, dict):
+        return value
+    if value.get("lc") is not None:  # {"lc": 1, "type": "constructor", "id": [..., cls], ...}
+        ident = value.get("id")
+        cls = ident[-1] if isinstance(ident, list) and ident else None
+        fields = value.get("kwargs") if cls in ("ToolMessage", "ToolMessageChunk") else None
+    else:
+        fields = value if value.get("type") == "tool" else None
+    if isinstance(fields, dict) and "content" in fields and "tool_call_id" in fields:
+        return fields["content"]
+    return value
 
 
 def _parts(messages: Any) -> Iterable[dict[str, Any]]:

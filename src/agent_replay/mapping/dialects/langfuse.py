@@ -5,6 +5,12 @@ puts the observation's input and output in ``langfuse.observation.input`` / ``.o
 JSON, so this dialect ranks above the generic ones. :func:`read_observation` is shared with
 the Langfuse export importer, which fills from an observation's own ``type`` / ``input`` /
 ``output`` whatever the original span attributes did not give.
+
+What the SDK's integrations put there (langfuse 5.0.4): the OpenAI drop-in's generation input
+is the messages, or ``{"tools": [...], "messages": [...]}`` when the call offered tools; the
+LangChain ``CallbackHandler`` appends a chat model's bound tools to its input messages as
+``{"role": "tool", "content": <OpenAI tool definition>}``, records a tool's output as the
+``ToolMessage`` it returned and the call id in ``metadata.tool_call_id``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+from ..messages import tool_result
 
 PREFIX = "langfuse.observation."
 _STEP_TYPES = {
@@ -51,7 +58,8 @@ def read_observation(
     recognised = kind in _STEP_TYPES or kind in ("agent", "chain", "span", "event")
     if mapped.role == Role.STEP and mapped.kind is StepKind.LLM:
         if has_inputs:
-            mapped.set_llm_inputs(inputs, model=model)
+            messages, tools = _prompt_and_tools(inputs)
+            mapped.set_llm_inputs(messages, tools=tools, model=model)
             mapped.set_inputs(inputs)  # a prompt that is not messages
         if has_output:
             mapped.set_llm_output(output)
@@ -61,7 +69,7 @@ def read_observation(
         if has_inputs and inputs is not None:
             mapped.set_inputs({"arguments": inputs})
         if has_output:
-            mapped.set_output(output)
+            mapped.set_output(tool_result(output))
     else:
         if has_inputs:
             if mapped.role in (Role.AGENT, Role.WORKFLOW) and _looks_like_messages(inputs):
@@ -94,6 +102,29 @@ def observed_arguments(value: Any) -> Any:
     return value
 
 
+def _prompt_and_tools(inputs: Any) -> tuple[Any, Any]:
+    """A generation's messages and the tool definitions offered with them: the OpenAI drop-in's
+    ``{"tools": [...], "messages": [...]}``, or the LangChain handler's messages followed by
+    ``{"role": "tool", "content": {definition}}`` (a tool result has a ``tool_call_id`` and
+    text content)."""
+    if isinstance(inputs, dict) and isinstance(inputs.get("messages"), list):
+        return inputs, inputs.get("tools")
+    if not isinstance(inputs, list):
+        return inputs, None
+    messages, tools = [], []
+    for message in inputs:
+        if (
+            isinstance(message, dict)
+            and message.get("role") == "tool"
+            and "tool_call_id" not in message
+            and isinstance(message.get("content"), dict)
+        ):
+            tools.append(message["content"])
+        else:
+            messages.append(message)
+    return (messages, tools) if tools else (inputs, None)
+
+
 def _looks_like_messages(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -111,6 +142,9 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     level = attrs.get(PREFIX + "level")
     if level == "ERROR" and mapped.error is None:
         mapped.error = {"type": "error", "message": str(attrs.get(PREFIX + "status_message") or "")}
+    call_id = parse_json(attrs.get(PREFIX + "metadata.tool_call_id"))  # the LangChain handler's
+    if isinstance(call_id, str) and call_id and not mapped.tool_call_ids:
+        mapped.tool_call_ids = [call_id]
     usage = parse_json(attrs.get(PREFIX + "usage_details"))
     if isinstance(usage, dict):  # Langfuse's keys, or the provider's (its OpenAI wrapper)
         for key in ("input", "prompt_tokens", "input_tokens"):

@@ -4,7 +4,11 @@ LangSmith writes the run's whole ``inputs`` as ``gen_ai.prompt`` and whole ``out
 ``gen_ai.completion`` (JSON, not indexed), so it must be read before the generic GenAI dialect.
 ``@traceable`` records a function's arguments by name and a return value that is not a dict as
 ``{"output": value}``; a run's error is only in an ``exception`` span event (read for every
-span by :func:`~agent_replay.mapping.map_span`).
+span by :func:`~agent_replay.mapping.map_span`). LangChain runs (traced by LangSmith's
+``LangChainTracer``, langsmith 0.15.1): an llm run's tool definitions are only in
+``gen_ai.tool.definitions``, a tool run's output is the ``ToolMessage`` it returned, and
+prompt-template and output-parser runs (``prompt`` / ``parser``) are formatting inside the
+workflow, not steps, although LangSmith writes ``gen_ai.operation.name = "chat"`` for prompts.
 :func:`read_run` maps a run's type, inputs and outputs and is shared with the LangSmith run
 importer (``{post, patch}`` payloads).
 """
@@ -15,6 +19,7 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+from ..messages import tool_result
 
 _STEP_TYPES = {
     "llm": StepKind.LLM,
@@ -40,13 +45,6 @@ def _unwrap_output(outputs: Any) -> Any:
     return outputs
 
 
-def _tool_output(outputs: Any) -> Any:
-    output = _unwrap_output(outputs)
-    # LangChain ToolMessage serialisations carry the content in kwargs
-    kwargs = output.get("kwargs") if output is not outputs and isinstance(output, dict) else None
-    return kwargs.get("content", output) if isinstance(kwargs, dict) else output
-
-
 def read_run(
     mapped: MappedSpan,
     *,
@@ -55,12 +53,14 @@ def read_run(
     inputs: Any,
     outputs: Any,
     model: Any = None,
+    tools: Any = None,
 ) -> bool:
-    """Fill ``mapped`` from a LangSmith run's type, inputs and outputs."""
+    """Fill ``mapped`` from a LangSmith run's type, inputs and outputs (``tools``: an llm
+    run's tool definitions when its inputs do not hold them)."""
     kind = str(run_type or "").lower()
     step_kind = _STEP_TYPES.get(kind)
     if step_kind is None:
-        if kind == "chain" and mapped.role == Role.OTHER:
+        if kind in ("chain", "prompt", "parser") and mapped.role == Role.OTHER:
             mapped.role = Role.WORKFLOW
             mapped.name = mapped.name or name
         mapped.set_inputs(inputs)
@@ -68,7 +68,8 @@ def read_run(
         return kind in ("chain", "prompt", "parser")
     mapped.set_step(step_kind, name)
     if step_kind is StepKind.LLM:
-        tools = inputs.get("tools") if isinstance(inputs, dict) else None
+        if isinstance(inputs, dict) and inputs.get("tools"):
+            tools = inputs["tools"]
         if model is None and isinstance(inputs, dict):
             model = inputs.get("model")
         mapped.set_llm_inputs(inputs, tools=tools, model=model)
@@ -88,7 +89,7 @@ def read_run(
     elif step_kind is StepKind.TOOL:
         if inputs is not None:
             mapped.set_inputs({"arguments": _tool_arguments(inputs)})
-        mapped.set_output(_tool_output(outputs))
+        mapped.set_output(tool_result(_unwrap_output(outputs)))
     else:
         mapped.set_inputs(inputs)
         mapped.set_output(outputs)
@@ -111,6 +112,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         inputs=parse_json(attrs.get("gen_ai.prompt")),
         outputs=parse_json(attrs.get("gen_ai.completion")),
         model=attrs.get("gen_ai.request.model") or attrs.get("langsmith.metadata.ls_model_name"),
+        tools=attrs.get("gen_ai.tool.definitions"),
     )
 
 
