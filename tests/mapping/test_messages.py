@@ -11,6 +11,7 @@ from agent_replay.mapping.messages import (
     normalize_system,
     normalize_tools,
     requested_tool_calls,
+    tool_message,
     tool_responses,
     tool_result,
 )
@@ -211,6 +212,9 @@ def test_a_langchain_tool_message_as_a_tool_output_is_its_content():
     assert tool_result(fields) == "rainy"  # LangSmith's tracer, Langfuse's callback handler
     lc = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"]}
     assert tool_result({**lc, "kwargs": fields}) == "rainy"
+    # LangChain's message_to_dict form (openinference-langchain)
+    assert tool_message({"type": "tool", "data": fields}) == fields
+    assert tool_result({"type": "tool", "data": fields}) == "rainy"
     # anything else is what the tool returned
     assert tool_result({"type": "tool", "content": "x"}) == {"type": "tool", "content": "x"}
     human = {**lc, "id": ["HumanMessage"], "kwargs": fields}

@@ -39,6 +39,7 @@ __all__ = [
     "requested_tool_calls",
     "text_message",
     "tool_call_parts",
+    "tool_message",
     "tool_responses",
     "tool_result",
 ]
@@ -441,22 +442,33 @@ def normalize_tools(value: Any) -> list[Any] | None:
     return tools
 
 
-def tool_result(value: Any) -> Any:
-    """The content of a LangChain ``ToolMessage`` recorded as a tool's output: serialised as an
-    ``lc`` constructor (content in ``kwargs``), or as the message's own fields ``{"type":
-    "tool", "content", "tool_call_id", ...}`` (how LangSmith's tracer and Langfuse's callback
-    handler write what a LangChain tool returned). Any other value is returned unchanged."""
+def tool_message(value: Any) -> dict[str, Any] | None:
+    """The fields of a LangChain ``ToolMessage`` recorded as a tool's output, or ``None``: the
+    ``lc`` constructor form (fields in ``kwargs``), LangChain's ``message_to_dict`` form
+    ``{"type": "tool", "data": {...}}`` (openinference-langchain), or the message's own fields
+    ``{"type": "tool", "content", "tool_call_id", ...}`` (LangSmith's tracer, Langfuse's
+    callback handler)."""
     if not isinstance(value, dict):
-        return value
+        return None
     if value.get("lc") is not None:  # {"lc": 1, "type": "constructor", "id": [..., cls], ...}
         ident = value.get("id")
         cls = ident[-1] if isinstance(ident, list) and ident else None
         fields = value.get("kwargs") if cls in ("ToolMessage", "ToolMessageChunk") else None
+    elif value.get("type") == "tool":
+        data = value.get("data")
+        fields = data if isinstance(data, dict) else value
     else:
-        fields = value if value.get("type") == "tool" else None
+        fields = None
     if isinstance(fields, dict) and "content" in fields and "tool_call_id" in fields:
-        return fields["content"]
-    return value
+        return fields
+    return None
+
+
+def tool_result(value: Any) -> Any:
+    """What a tool gave the model: the content of a serialised ``ToolMessage`` (see
+    :func:`tool_message`); any other value unchanged."""
+    fields = tool_message(value)
+    return value if fields is None else fields["content"]
 
 
 def _parts(messages: Any) -> Iterable[dict[str, Any]]:

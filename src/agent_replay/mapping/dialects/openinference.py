@@ -38,7 +38,7 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import normalize_messages
+from ..messages import normalize_messages, tool_message
 
 SPAN_KIND = "openinference.span.kind"
 INPUT_VALUE = "input.value"
@@ -350,42 +350,18 @@ def _read_tool(span: NormalizedSpan, mapped: MappedSpan) -> None:
     if INPUT_VALUE in attrs:
         mapped.set_inputs({"arguments": _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)})
     output = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE) if OUTPUT_VALUE in attrs else None
-    message = _tool_message(output)
-    if message is not None and "content" in message:
-        mapped.set_output(message["content"])  # what the model was given
-    mapped.set_output(output)
+    message = tool_message(output)
+    mapped.set_output(output if message is None else message["content"])  # what the model got
     if not mapped.tool_call_ids:
-        call_id = _text(attrs.get(TOOL_ID)) or _embedded_call_id(output, message)
+        # the call id may only be inside the output: in the ToolMessage, or a bare JSON object
+        holder = message if message is not None else output
+        embedded = holder.get("tool_call_id") if isinstance(holder, Mapping) else None
+        call_id = _text(attrs.get(TOOL_ID)) or _text(embedded)
         if call_id:
             mapped.tool_call_ids = [call_id]
     description = _text(attrs.get(TOOL_DESCRIPTION))
     if description:
         mapped.set_attr("tool_description", description)
-
-
-def _tool_message(output: Any) -> Mapping[str, Any] | None:
-    """The fields of the LangChain ``ToolMessage`` a TOOL span's output serialises:
-    ``{"type": "tool", "data": {...}}`` (openinference-langchain) or the ``lc`` constructor
-    form (``{"lc": 1, "id": [..., "ToolMessage"], "kwargs": {...}}``)."""
-    if not isinstance(output, Mapping):
-        return None
-    if output.get("type") == "tool" and isinstance(output.get("data"), Mapping):
-        return output["data"]
-    ident = output.get("id")
-    kwargs = output.get("kwargs")
-    if output.get("lc") is not None and isinstance(ident, list) and isinstance(kwargs, Mapping):
-        return kwargs if ident[-1:] == ["ToolMessage"] else None
-    return None
-
-
-def _embedded_call_id(output: Any, message: Mapping[str, Any] | None) -> str | None:
-    """LangChain's TOOL spans carry the call id only inside the serialised ToolMessage."""
-    for holder in (message, output):
-        if isinstance(holder, Mapping):
-            found = _text(holder.get("tool_call_id"))
-            if found:
-                return found
-    return None
 
 
 def _read_retrieval(span: NormalizedSpan, mapped: MappedSpan) -> None:
