@@ -22,8 +22,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay import StepKind, Trajectory
 from agent_replay.otel import attach
+from fake_openai import chat_completion
+from stored import stored_trajectory
 
 SYSTEM = "You are a weather bot."
 QUESTION = "Weather in Paris?"
@@ -70,18 +72,7 @@ def fake_openai() -> openai.OpenAI:
                 ],
             }
             finish, usage = "tool_calls", (57, 15)
-        body = {
-            "id": f"chatcmpl-{calls['n']}",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "gpt-4o-mini-2024-07-18",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {
-                "prompt_tokens": usage[0],
-                "completion_tokens": usage[1],
-                "total_tokens": sum(usage),
-            },
-        }
+        body = chat_completion(calls["n"], "gpt-4o-mini-2024-07-18", message, finish, usage)
         return httpx2.Response(200, json=body)
 
     return openai.OpenAI(
@@ -236,14 +227,7 @@ def openinference(provider) -> Iterator[Any]:
 def capture(db_path: Path, provider: TracerProvider, agent_span, tool_span) -> Trajectory:
     processor = attach(db_path, tracer_provider=provider)
     assert run_weather_agent(provider, agent_span, tool_span) == ANSWER
-    assert processor.force_flush()
-    assert processor.stats()["errors"] == 0
-    with CheckpointStore(db_path) as store:
-        (session_id,) = store.session_ids()
-        trajectory = store.load(session_id)
-        (verdict,) = store.verify(session_id)
-    assert verdict.ok
-    return trajectory
+    return stored_trajectory(processor, db_path)
 
 
 def assert_weather_trajectory(traj: Trajectory, *, dialect: str) -> None:

@@ -54,6 +54,7 @@ from agent_replay.interop import from_otel_spans
 from agent_replay.mapping import map_span
 from agent_replay.mapping.spans import from_readable_span
 from agent_replay.otel import attach
+from fake_openai import chat_completion
 from langchain_weather import MODEL_RUN, weather_agent
 from weather_run import (
     ANSWER,
@@ -258,18 +259,7 @@ def openai_api(*, rate_limited: bool = False) -> httpx2.MockTransport:
             finish, usage = "stop", (20, 6)
         else:
             message, finish, usage = TOOL_CALL_MESSAGE, "tool_calls", (12, 5)
-        body = {
-            "id": f"chatcmpl-{len(requests)}",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": SERVED_MODEL,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {
-                "prompt_tokens": usage[0],
-                "completion_tokens": usage[1],
-                "total_tokens": sum(usage),
-            },
-        }
+        body = chat_completion(len(requests), SERVED_MODEL, message, finish, usage)
         return httpx2.Response(200, json=body)
 
     return httpx2.MockTransport(handle)

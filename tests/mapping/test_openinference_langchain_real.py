@@ -55,9 +55,10 @@ from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay import StepKind, Trajectory
 from agent_replay.interop import from_otel_spans
 from agent_replay.otel import attach
+from stored import stored_trajectory
 from weather_run import ANSWER, CALL, CALL_PART, QUESTION, assert_weather_trajectory, text
 
 SYSTEM = "Be brief."
@@ -165,13 +166,7 @@ def captured(
     assert run() == ANSWER
     if processor is None:
         return from_otel_spans(exporter.get_finished_spans())
-    assert processor.force_flush()
-    assert processor.stats()["errors"] == 0
-    with CheckpointStore(db_path) as store:
-        (session_id,) = store.session_ids()
-        (verdict,) = store.verify(session_id)
-        assert verdict.ok
-        return store.load(session_id)
+    return stored_trajectory(processor, db_path)
 
 
 def spans_named(exporter: InMemorySpanExporter, name: str) -> list[Any]:

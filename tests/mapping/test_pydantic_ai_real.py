@@ -31,9 +31,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay import StepKind, Trajectory
 from agent_replay.interop import from_otel_spans
 from agent_replay.otel import attach
+from stored import stored_trajectory
 
 pydantic_ai = pytest.importorskip("pydantic_ai")
 
@@ -98,13 +99,7 @@ def captured(
     assert len(spans) == 4
     if processor is None:
         return from_otel_spans(spans)
-    assert processor.force_flush()
-    assert processor.stats()["errors"] == 0
-    with CheckpointStore(db_path) as store:
-        (session_id,) = store.session_ids()
-        (verdict,) = store.verify(session_id)
-        assert verdict.ok
-        return store.load(session_id)
+    return stored_trajectory(processor, db_path)
 
 
 @pytest.mark.parametrize("how", ["processor", "spans"])
