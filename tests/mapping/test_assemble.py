@@ -200,3 +200,38 @@ def test_cyclic_parent_links_do_not_hang():
     )
     (traj,) = assemble([a, b])  # returns instead of hanging: the cycle is walked from its start
     assert [s.label for s in traj.steps] == ["llm:x"]
+
+
+def test_an_llm_span_inside_an_llm_step_is_the_same_call():
+    # a framework's llm span without content around the provider instrumentation's chat span
+    usage = {"gen_ai.usage.input_tokens": 7, "gen_ai.request.model": "m"}
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        span(2, "llm", 1, **{"openinference.span.kind": "LLM"}),
+        chat(3, 2, [USER], [call("c1", "search", {"q": 1})]),
+        span(4, "generate_content m", 2, **{"gen_ai.operation.name": "chat", **usage}),
+    ]
+    (traj,) = assemble(spans)
+    (step,) = traj.steps
+    assert (step.kind, step.name, step.agent) == (StepKind.LLM, "llm", "boss")
+    # the outer step takes what only the inner spans recorded, the first one first
+    assert step.inputs == {"messages": [USER]}
+    assert step.action == [call("c1", "search", {"q": 1})]
+    assert step.attributes["tool_calls"] == ["c1"]
+    assert step.attributes["input_tokens"] == 7 and step.attributes["model"] == "m"
+    assert traj.metadata["capture"]["replayable"] is True
+
+
+def test_the_task_is_the_first_prompt_when_the_root_has_no_input():
+    answer = {"role": "assistant", "parts": [{"type": "text", "content": "done"}]}
+    system = {"role": "system", "parts": [{"type": "text", "content": "be brief"}]}
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        span(2, "chat m", 1, **{"gen_ai.operation.name": "chat"}),  # no content captured
+        chat(3, 1, [system, USER, answer, USER], [answer]),
+    ]
+    (traj,) = assemble(spans)
+    # the messages before the first answer (a system message among them stays one)
+    assert traj.task == {"messages": [system, USER]}
+    (without_content,) = assemble(spans[:2])
+    assert without_content.task == {"root_span": "invoke_agent boss"}

@@ -20,6 +20,7 @@ from agent_replay.mapping.assemble import assemble
 from agent_replay.model import StepKind
 
 CHAT = {"gen_ai.operation.name": "chat"}
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"}
 
 # lone surrogates are excluded here: they cannot be stored as UTF-8 (see test_known_bugs.py)
 TEXT = st.text(st.characters(codec="utf-8"), max_size=10)
@@ -248,11 +249,12 @@ def test_spans_in_a_parent_cycle_are_kept():
     a = NormalizedSpan(
         trace_id, "a" * 16, "chat a", parent_span_id="b" * 16, attributes=CHAT, start_ns=1
     )
+    # a tool span: an llm span inside an llm step would be the same model call (one step)
     b = NormalizedSpan(
-        trace_id, "b" * 16, "chat b", parent_span_id="a" * 16, attributes=CHAT, start_ns=2
+        trace_id, "b" * 16, "tool b", parent_span_id="a" * 16, attributes=TOOL, start_ns=2
     )
     (traj,) = assemble([a, b])
-    assert len(traj.steps) == 2
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL]
 
 
 def test_lone_surrogate_attribute_does_not_break_assembly():

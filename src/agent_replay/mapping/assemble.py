@@ -10,7 +10,9 @@ Which spans become steps: every span a dialect claimed as a step; an agent invoc
 plan) that contains no steps as a step of its own; and unrecognised leaf spans that are not
 inside a step as opaque ``span`` steps. Unrecognised spans *inside* a step (HTTP calls under a
 chat span) are details of that step, and unrecognised spans *around* steps are containers;
-neither becomes a step.
+neither becomes a step. An llm span inside an llm step is the same model call recorded twice
+(Google ADK's ``call_llm`` around its ``generate_content`` span): the outer step takes what only
+the inner one recorded (content, usage) and the inner one is no step of its own.
 
 Tool results are linked to the llm step that requested them: by tool-call id when both sides
 have one (ids may be arrays; any element matches), else by tool name to the oldest unanswered
@@ -20,7 +22,10 @@ later llm step's input messages becomes a *synthesized* tool step just before th
 A tool step recorded with only the bare value of its call's one argument (openinference-langchain
 writes ``"Paris"`` for ``{"city": "Paris"}``) takes the call's arguments
 (``attributes["arguments_from"]``).
-Every trajectory carries a capture report saying what is missing for replay.
+The task is the root span's input; when the root has none (ADK, the GenAI conventions'
+``invoke_agent``), it is what the first llm step with input messages was asked: its messages
+before the first answer, with its system instructions. Every trajectory carries a capture
+report saying what is missing for replay.
 """
 
 from __future__ import annotations
@@ -141,8 +146,9 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
 
     ordered: list[tuple[MappedSpan, str | None, str | None]] = []
     visited: set[tuple[str, str]] = set()
-    stack: list[tuple[MappedSpan, str | None, str | None, bool]] = [
-        (m, None, None, False) for m in reversed(children.get(None, []))
+    # each entry: span, acting agent, plan, and the innermost step span it is inside (if any)
+    stack: list[tuple[MappedSpan, str | None, str | None, MappedSpan | None]] = [
+        (m, None, None, None) for m in reversed(children.get(None, []))
     ]
     unvisited = sorted(members, key=_sort_key, reverse=True)
     while stack or unvisited:
@@ -151,27 +157,49 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
             # earliest of them rather than drop them
             candidate = unvisited.pop()
             if (candidate.span.trace_id, candidate.span.span_id) not in visited:
-                stack.append((candidate, None, None, False))
+                stack.append((candidate, None, None, None))
             continue
-        m, agent, plan, inside_step = stack.pop()
+        m, agent, plan, step = stack.pop()
         ident = (m.span.trace_id, m.span.span_id)
         if ident in visited:
             continue
         visited.add(ident)
         if m.role == Role.AGENT:
             agent = m.agent or m.name or agent
-        if (
+        if step is not None and _same_llm_call(step, m):
+            _fold(step, m)
+        elif (
             m.role == Role.STEP
             or (m.role in (Role.AGENT, Role.PLAN) and not genai_below(m))
-            or (m.role == Role.OTHER and not inside_step and not children.get(ident))
+            or (m.role == Role.OTHER and step is None and not children.get(ident))
         ):
             ordered.append((m, m.agent or agent, plan))
         if m.role == Role.PLAN:
             plan = m.name or m.span.name
-        below_step = inside_step or m.role == Role.STEP
+        if step is None and m.role == Role.STEP:
+            step = m
         for child in reversed(children.get(ident, [])):
-            stack.append((child, agent, plan, below_step))
+            stack.append((child, agent, plan, step))
     return ordered
+
+
+def _same_llm_call(step: MappedSpan, m: MappedSpan) -> bool:
+    """Whether ``m`` is an llm span inside the llm step ``step``: the same model call recorded
+    twice (Google ADK's ``call_llm`` around its ``generate_content`` span, a framework's llm
+    span around the provider instrumentation's)."""
+    return step.kind is StepKind.LLM and m.role == Role.STEP and m.kind is StepKind.LLM
+
+
+def _fold(step: MappedSpan, inner: MappedSpan) -> None:
+    """Give the llm step what only the llm span inside it recorded (content, model, usage)."""
+    if inner.has_inputs:
+        step.set_inputs(inner.inputs)
+    if inner.has_output:
+        step.set_output(inner.action)
+    for key, value in inner.attributes.items():
+        step.set_attr(key, value)
+    step.dialects.extend(d for d in inner.dialects if d not in step.dialects)
+    step.error = step.error or inner.error
 
 
 def _kind(m: MappedSpan) -> StepKind:
@@ -415,15 +443,35 @@ def _build(
         metadata["service"] = service
     metadata.update(extra)
     outcome = Outcome(failed=failed, error=root.error) if failed else None
-    task = (
-        root.inputs if root.role != Role.STEP and root.has_inputs else {"root_span": root.span.name}
-    )
+    if root.role != Role.STEP and root.has_inputs:
+        task = root.inputs
+    else:
+        task = _first_prompt(drafts) or {"root_span": root.span.name}
     notes: list[str] = []
     task = _encodable(task, "task", notes)
     if notes:
         metadata["capture"]["notes"].extend(notes)
     session = Trajectory(session_id=key, steps=(), task=task, outcome=outcome, metadata=metadata)
     return _seal(session, drafts)
+
+
+def _first_prompt(drafts: Sequence[StepDraft]) -> dict[str, Any] | None:
+    """What the run was asked when no span around its steps says it: the messages the first
+    llm step with input messages was given before any answer, with its system instructions."""
+    for draft in drafts:
+        messages = _input_messages(draft) if draft.kind is StepKind.LLM else None
+        if not messages:
+            continue
+        asked = []
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                break
+            asked.append(message)
+        task: dict[str, Any] = {"messages": asked}
+        if isinstance(draft.inputs, dict) and draft.inputs.get("system"):
+            task["system"] = draft.inputs["system"]
+        return task
+    return None
 
 
 def _has_parent(m: MappedSpan, span_ids: set[tuple[str, str]]) -> bool:

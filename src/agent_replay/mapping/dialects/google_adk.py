@@ -5,6 +5,27 @@ ADK spans carry the whole Gemini request and response as JSON (``llm_request`` /
 (and, through OpenInference, a third dialect), so this dialect ranks above both. ADK writes
 ``{}`` for the keys that do not apply to a span; those are ignored. Span names: ``call_llm``,
 ``execute_tool {name}``, ``invoke_agent {name}`` / ``agent_run [name]``, ``invocation [app]``.
+
+Checked against google-adk 2.13.0 (recordings in ``tests/mapping/data/google_adk``):
+
+* Its default telemetry schema 2 writes no ``gcp.vertex.agent.llm_request`` at all: the model
+  call is a ``generate_content {model}`` span in the GenAI conventions (content only with
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY``), read by that dialect;
+  this one only sees ``event_id`` / ``invocation_id`` there.
+* Schema 1 (``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``) writes ``call_llm`` with the Gemini
+  JSON around a content-less ``generate_content`` span of the same call (assembly folds the
+  inner one into it), and the tool keys on ``execute_tool``. Function tools are declared with
+  ``parameters_json_schema``, read as ``parameters``; the finish reason is Gemini's enum name
+  (``STOP``), written in lower case as ADK's own ``gen_ai.response.finish_reasons`` has it.
+  ``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false`` writes ``{}`` for all four content keys:
+  ``call_llm`` is still the llm step, noted as recorded without content.
+* Agent spans are ``invoke_agent {name}`` with ``gen_ai.agent.name``; the root is
+  ``invoke_workflow {agent}`` (schema 2) or a bare ``invocation``.
+
+And against google-adk 1.10.0: ``invocation`` > ``agent_run [name]`` > ``call_llm`` /
+``execute_tool {name}``, the same keys as schema 1 without the inner ``generate_content`` span
+and without a finish reason; ``agent_run`` and ``invocation`` carry no attribute at all, so
+the dialect also recognises ADK's tracer scope (``gcp.vertex.agent``).
 """
 
 from __future__ import annotations
@@ -16,7 +37,12 @@ from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
 from ..messages import normalize_parts
 
-PREFIX = "gcp.vertex.agent."
+SCOPE = "gcp.vertex.agent"
+PREFIX = SCOPE + "."
+NO_CONTENT = (
+    "Google ADK recorded this step without its content; leave ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"
+    " unset (it defaults to true) to make it replayable"
+)
 _AGENT_RUN = re.compile(r"^(?:agent_run|invoke_agent)\s*\[?([^\]]+)\]?$")
 
 
@@ -44,7 +70,12 @@ def _tools(config: Any) -> list[dict[str, Any]] | None:
             declarations = tool.get("function_declarations", tool.get("functionDeclarations"))
         for declaration in declarations if isinstance(declarations, list) else ():
             if isinstance(declaration, dict):
-                tools.append({"type": "function", **declaration})
+                flat = {"type": "function", **declaration}
+                # ADK 2.13 declares Python function tools with a JSON schema, not Gemini's own
+                schema = flat.pop("parameters_json_schema", flat.pop("parametersJsonSchema", None))
+                if schema is not None:
+                    flat.setdefault("parameters", schema)
+                tools.append(flat)
     return tools or None
 
 
@@ -64,7 +95,9 @@ _MARKERS = tuple(
 
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
-    if not any(key in attrs for key in _MARKERS):  # ADK sets these keys on all of its spans
+    # ADK's tracer scope, or (its spans relayed by another SDK) the keys it writes; ADK 1.x
+    # writes no attribute at all on ``agent_run [name]`` and ``invocation``
+    if span.scope_name != SCOPE and not any(key in attrs for key in _MARKERS):
         return False
     mapped.set_conversation(attrs.get(PREFIX + "session_id"))
     agent_run = _AGENT_RUN.match(span.name)
@@ -76,8 +109,10 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
 
     request = _present(attrs, "llm_request")
     response = _present(attrs, "llm_response")
-    if request is not None or response is not None:
+    if request is not None or response is not None or span.name == "call_llm":
         mapped.set_step(StepKind.LLM, span.name)
+        if request is None and response is None and PREFIX + "llm_request" in attrs:
+            mapped.notes.append(NO_CONTENT)  # ADK writes "{}" when content capture is off
         if isinstance(request, dict):
             config = request.get("config")
             mapped.set_llm_inputs(
@@ -92,8 +127,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             if content is not None:
                 mapped.set_llm_output([content])
             reason = response.get("finish_reason")
-            if reason:
-                mapped.set_attr("finish_reasons", [str(reason)])
+            if reason:  # Gemini's enum name (STOP); ADK's gen_ai key has it in lower case
+                mapped.set_attr("finish_reasons", [str(reason).lower()])
             usage = response.get("usage_metadata")
             if isinstance(usage, dict):
                 mapped.set_attr("input_tokens", usage.get("prompt_token_count"))
