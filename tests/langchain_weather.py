@@ -1,6 +1,7 @@
 """The weather run (``weather_run``) as a small LangChain agent loop, written with langchain-core
 alone, for the tests that trace LangChain through a tracing SDK's callbacks (Langfuse's
-``CallbackHandler``, LangSmith's tracer).
+``CallbackHandler``, LangSmith's tracer); its model and tool also drive the OpenInference
+LangChain instrumentation's agents.
 
 ``weather_agent`` is a ``RunnableLambda`` named ``weather_agent`` around the loop: each turn
 invokes ``prompt | model`` (a ``RunnableSequence`` chain: a ``ChatPromptTemplate`` that adds the
@@ -14,6 +15,7 @@ callbacks see the definitions in the run's ``invocation_params``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -33,9 +35,19 @@ PROMPT = ChatPromptTemplate.from_messages(
 
 
 class ScriptedChatModel(GenericFakeChatModel):
-    """The fake chat model under a model name (LangChain reports it as ``ls_model_name``)."""
+    """The fake chat model under a model name (LangChain reports it as ``ls_model_name``),
+    binding tools the way ``ChatOpenAI.bind_tools`` does: their OpenAI-format definitions as
+    the ``tools`` keyword of every call."""
 
     model_name: str = "gpt-4o"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        # ChatOpenAI's: the model under both names; they end up in the invocation parameters
+        return {"model_name": self.model_name, "model": self.model_name}
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Runnable:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
 
 @tool
@@ -44,18 +56,22 @@ def get_weather(city: str) -> str:
     return f"rainy in {city}"
 
 
-def scripted_model() -> Runnable:
-    tool_call = {
-        "name": CALL["function"]["name"],
-        "args": json.loads(CALL["function"]["arguments"]),
-        "id": CALL["id"],
-        "type": "tool_call",
-    }
+#: the tool call the model asks for first, as a LangChain ``ToolCall``
+TOOL_CALL = {
+    "name": CALL["function"]["name"],
+    "args": json.loads(CALL["function"]["arguments"]),
+    "id": CALL["id"],
+    "type": "tool_call",
+}
+
+
+def scripted_model() -> ScriptedChatModel:
+    """Asks for the weather first (12 + 5 tokens), then answers (20 + 6)."""
     replies = iter(
         [
             AIMessage(
                 "",
-                tool_calls=[tool_call],
+                tool_calls=[TOOL_CALL],
                 usage_metadata={"input_tokens": 12, "output_tokens": 5, "total_tokens": 17},
             ),
             AIMessage(
@@ -64,12 +80,11 @@ def scripted_model() -> Runnable:
             ),
         ]
     )
-    # what ChatOpenAI.bind_tools does: the OpenAI-format definitions as the `tools` kwarg
-    return ScriptedChatModel(messages=replies).bind(tools=[convert_to_openai_tool(get_weather)])
+    return ScriptedChatModel(messages=replies)
 
 
 def weather_loop(question: str, config: RunnableConfig) -> str:
-    chain = PROMPT | scripted_model()
+    chain = PROMPT | scripted_model().bind_tools([get_weather])
     messages: list[BaseMessage] = [HumanMessage(question)]
     while True:
         reply = chain.invoke({"messages": messages}, config)

@@ -1,7 +1,7 @@
 """The OpenInference dialect on the spans the real LangChain instrumentation emits, offline.
 
-Real ``langchain-core`` runs driven by a ``GenericFakeChatModel`` (no network) that first asks
-for ``get_weather`` (a real ``@tool``) and then answers, traced by the real
+Real ``langchain-core`` runs driven by the scripted fake chat model of ``langchain_weather`` (no
+network) that first asks for ``get_weather`` (a real ``@tool``) and then answers, traced by the real
 ``openinference-instrumentation-langchain`` ``LangChainInstrumentor`` on an SDK provider. The
 spans are read the two ways users read them: ``attach`` into a SQLite store, and
 ``from_otel_spans`` on the spans an ``InMemorySpanExporter`` kept. The agents: a hand-written
@@ -44,10 +44,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, chain
-from langchain_core.tools import tool
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import chain
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import create_react_agent
 from openinference.instrumentation import TraceConfig
@@ -58,59 +56,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agent_replay import StepKind, Trajectory
 from agent_replay.interop import from_otel_spans
 from agent_replay.otel import attach
+from langchain_weather import MODEL_RUN, get_weather, scripted_model
 from stored import stored_trajectory
-from weather_run import ANSWER, CALL, CALL_PART, QUESTION, assert_weather_trajectory, text
+from weather_run import ANSWER, CALL_PART, QUESTION, assert_weather_trajectory, text
 
 SYSTEM = "Be brief."
-USAGE = {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}
 USER = text("user", QUESTION)
-LC_CALL = {
-    "name": CALL["function"]["name"],
-    "args": json.loads(CALL["function"]["arguments"]),
-    "id": CALL["id"],
-    "type": "tool_call",
-}
-
-
-class ChatFake(GenericFakeChatModel):
-    """``GenericFakeChatModel`` plus what a provider's chat model has: a model name (LangChain
-    records it as ``ls_model_name`` and in the invocation parameters) and ``bind_tools`` in the
-    OpenAI tool format, as ``ChatOpenAI`` binds them."""
-
-    model: str = "gpt-4o"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model}
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Runnable:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Get the weather of a city."""
-    return f"rainy in {city}"
-
-
 TOOL_DEFINITION = {"type": "function", **convert_to_openai_tool(get_weather)["function"]}
-
-
-def fake_model() -> ChatFake:
-    """Asks for the weather first, then answers."""
-    return ChatFake(
-        messages=iter(
-            [
-                AIMessage("", tool_calls=[LC_CALL], usage_metadata=USAGE),
-                AIMessage(ANSWER, usage_metadata={**USAGE, "input_tokens": 30}),
-            ]
-        )
-    )
 
 
 def run_loop() -> str:
     """A tool loop written by hand, inside a ``@chain`` runnable named ``weather_agent``."""
-    llm = fake_model().bind_tools([get_weather])
+    llm = scripted_model().bind_tools([get_weather])
 
     @chain
     def weather_agent(question: str) -> str:
@@ -129,11 +86,11 @@ def run_graph(factory: str) -> str:
         with warnings.catch_warnings():  # deprecated since LangGraph 1.0, still much used
             warnings.simplefilter("ignore")
             agent = create_react_agent(
-                fake_model(), [get_weather], prompt=SYSTEM, name="weather_agent"
+                scripted_model(), [get_weather], prompt=SYSTEM, name="weather_agent"
             )
     else:
         agent = create_agent(
-            fake_model(), [get_weather], system_prompt=SYSTEM, name="weather_agent"
+            scripted_model(), [get_weather], system_prompt=SYSTEM, name="weather_agent"
         )
     state = agent.invoke(
         {"messages": [HumanMessage(QUESTION)]}, {"configurable": {"thread_id": "t1"}}
@@ -194,12 +151,15 @@ def test_a_tool_loop_in_a_chain_becomes_the_weather_trajectory(db_path, provider
     assert {s.agent for s in traj.steps} == {"weather_agent"}  # the AGENT span names it
     assert traj.task == QUESTION  # the chain's input
     assert traj.metadata["root_span"] == "weather_agent"
-    assert first.attributes["model"] == "gpt-4o" and first.attributes["provider"] == "fake"
+    assert (
+        first.attributes["model"] == "gpt-4o"
+        and first.attributes["provider"] == "scriptedchatmodel"
+    )
     assert "parameters" not in first.attributes  # "stop": null is no request parameter
     # the result is the ToolMessage's content, the arguments are named from the call
     assert tool_step.attributes["arguments_from"] == "llm tool call"
-    assert tool_step.attributes["tool_description"] == "Get the weather of a city."
-    assert final.attributes["input_tokens"] == 30
+    assert tool_step.attributes["tool_description"] == "The weather in a city."
+    assert final.attributes["input_tokens"] == 20
 
 
 @pytest.mark.parametrize("how", ["processor", "spans"])
@@ -223,9 +183,9 @@ def test_a_prebuilt_langgraph_agent_becomes_llm_tool_llm(
 
     # graph, nodes, prompts and routers are containers: three steps from 15 or 7 spans
     assert [(s.kind, s.name) for s in traj.steps] == [
-        (StepKind.LLM, "ChatFake"),
+        (StepKind.LLM, MODEL_RUN),
         (StepKind.TOOL, "get_weather"),
-        (StepKind.LLM, "ChatFake"),
+        (StepKind.LLM, MODEL_RUN),
     ]
     assert traj.metadata["capture"]["spans"] == len(spans)
     assert traj.session_id == "t1"
@@ -287,16 +247,16 @@ def test_hidden_content_is_reported_not_read_as_redacted_text(
 
     # the structure survives: kinds, names, the acting agent, the thread
     assert [(s.kind, s.name) for s in traj.steps] == [
-        (StepKind.LLM, "ChatFake"),
+        (StepKind.LLM, MODEL_RUN),
         (StepKind.TOOL, "get_weather"),
-        (StepKind.LLM, "ChatFake"),
+        (StepKind.LLM, MODEL_RUN),
     ]
     assert {s.agent for s in traj.steps} == {"weather_agent"}
     assert traj.session_id == "t1"
     # what is not content survives too: model, usage, tool description
     assert traj.steps[0].attributes["model"] == "gpt-4o"
     assert traj.steps[0].attributes["input_tokens"] == 12
-    assert traj.steps[1].attributes["tool_description"] == "Get the weather of a city."
+    assert traj.steps[1].attributes["tool_description"] == "The weather in a city."
     # the placeholder is not content: no step, and not the task, holds "__REDACTED__"
     for step in traj.steps:
         assert step.inputs is None and step.action is None
