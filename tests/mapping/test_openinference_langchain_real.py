@@ -48,7 +48,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import chain
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import create_react_agent
-from openinference.instrumentation import TraceConfig
+from openinference.instrumentation import TraceConfig, using_session
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -268,3 +268,34 @@ def test_hidden_content_is_reported_not_read_as_redacted_text(
     assert report["tool_steps_without_result"] == [1]
     assert sum("OPENINFERENCE_HIDE_INPUTS" in note for note in report["notes"]) == 3
     assert any("no message content was captured" in note for note in report["notes"])
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+def test_calls_without_a_parent_run_are_one_trajectory_under_using_session(
+    db_path, provider, instrument, how
+):
+    """With no enclosing run, every LangChain call is a trace of its own; OpenInference's
+    ``using_session`` puts ``session.id`` on each, and the traces become one trajectory."""
+    instrument()
+
+    def loop() -> str:
+        llm = scripted_model().bind_tools([get_weather])
+        with using_session("s1"):
+            messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
+            request = llm.invoke(messages)
+            messages += [request, *(get_weather.invoke(call) for call in request.tool_calls)]
+            return llm.invoke(messages).content
+
+    traj = captured(how, db_path, provider, loop)
+    spans = provider[1].get_finished_spans()
+    assert len(spans) == 3 and all(s.parent is None for s in spans)  # three traces
+    assert len({s.context.trace_id for s in spans}) == 3
+    assert traj.session_id == "s1"
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, MODEL_RUN),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, MODEL_RUN),
+    ]
+    tool_step = traj.steps[1]
+    assert (tool_step.attributes["requested_by"], tool_step.attributes["tool_call_id"]) == (0, "c1")
+    assert traj.metadata["capture"]["replayable"] is True
