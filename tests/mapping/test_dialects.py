@@ -370,6 +370,17 @@ def test_google_adk_request_response_and_tool():
     )
     assert tool.kind is StepKind.TOOL and tool.inputs == {"arguments": {"city": "Paris"}}
     assert tool.action == {"result": "rainy"} and tool.tool_call_ids == ["c1"]
+    # a tool called without arguments: "{}" is its arguments when the response is there
+    now = map_span(
+        span(
+            name="execute_tool now",
+            **{
+                "gcp.vertex.agent.tool_call_args": "{}",
+                "gcp.vertex.agent.tool_response": '{"result": "noon"}',
+            },
+        )
+    )
+    assert now.inputs == {"arguments": {}} and now.action == {"result": "noon"}
     # ADK 1.x writes no attribute on agent_run spans: only its tracer scope says it is ADK's
     agent = map_span(span(name="agent_run [weather]", _scope="gcp.vertex.agent"))
     assert agent.role == Role.AGENT and agent.agent == "weather"

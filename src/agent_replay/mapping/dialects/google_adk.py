@@ -140,6 +140,9 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if arguments is not None or tool_response is not None or span.name.startswith("execute_tool"):
         name = attrs.get("gen_ai.tool.name") or span.name.removeprefix("execute_tool").strip()
         mapped.set_step(StepKind.TOOL, str(name or span.name))
+        if arguments is None and tool_response is not None:
+            # with content on, "{}" is a call without arguments (content off blanks both keys)
+            arguments = parse_json(attrs.get(PREFIX + "tool_call_args"))
         if arguments is not None:
             mapped.set_inputs({"arguments": arguments})
         if tool_response is not None:
