@@ -8,6 +8,7 @@ import pytest
 from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import detect_format, load, load_many
 from agent_replay.model import StepKind
+from weather_run import TOOL, TOOL_DEFINITION
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"
@@ -148,6 +149,8 @@ def test_langsmith_run_tree_with_dotted_order_and_child_runs():
                 "trace_id": root,
                 "dotted_order": f"{stamp[root]}{root}.{stamp[llm]}{llm}",
                 "start_time": "2025-01-01T00:00:01+00:00",
+                # LangChain keeps a chat model's bound tools in its invocation parameters
+                "extra": {"invocation_params": {"model": "gpt-4o", "tools": [TOOL]}},
                 "inputs": {
                     "messages": [
                         [
@@ -192,6 +195,7 @@ def test_langsmith_run_tree_with_dotted_order_and_child_runs():
     assert traj.steps[0].inputs["messages"] == [
         {"role": "user", "parts": [{"type": "text", "content": "weather?"}]}
     ]
+    assert traj.steps[0].inputs["tools"] == [TOOL_DEFINITION]
     # the run kept the bare argument ({"input": "Paris"}); the call names it
     assert traj.steps[1].inputs == {"arguments": {"city": "Paris"}}
     assert traj.steps[1].attributes["arguments_from"] == "llm tool call"

@@ -112,6 +112,8 @@ def _mapped(run: dict) -> MappedSpan:
     mapped = map_span(span)
     extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
     metadata = extra.get("metadata") if isinstance(extra.get("metadata"), dict) else {}
+    # a LangChain chat model's bound tools are in its invocation parameters, not its inputs
+    invocation = extra.get("invocation_params")
     read_run(
         mapped,
         run_type=run.get("run_type"),
@@ -119,6 +121,7 @@ def _mapped(run: dict) -> MappedSpan:
         inputs=run.get("inputs"),
         outputs=run.get("outputs") or None,
         model=metadata.get("ls_model_name"),
+        tools=invocation.get("tools") if isinstance(invocation, dict) else None,
     )
     mapped.dialects.append("langsmith_run")
     for key in THREAD_KEYS:
