@@ -222,6 +222,24 @@ def test_an_llm_span_inside_an_llm_step_is_the_same_call():
     assert traj.metadata["capture"]["replayable"] is True
 
 
+def test_a_retried_attempt_inside_an_llm_step_is_no_failure_of_the_call():
+    # LangChain's llm span around two provider calls: a rate-limited one, then the answer
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        span(2, "llm", 1, **{"openinference.span.kind": "LLM"}),
+        span(3, "chat m", 2, _status=2, **{"gen_ai.operation.name": "chat", "error.type": "429"}),
+        chat(4, 2, [USER], [call("c1", "search", {"q": 1})]),
+    ]
+    (traj,) = assemble(spans)
+    (step,) = traj.steps
+    assert step.error is None and not traj.outcome
+    assert step.action == [call("c1", "search", {"q": 1})]
+    failed = [span(1, "invoke_agent boss", **AGENT), *spans[1:3]]
+    failed[1] = span(2, "llm", 1, _status=2, **{"openinference.span.kind": "LLM"})
+    (traj,) = assemble(failed)  # the call itself failed: its own status says so
+    assert traj.steps[0].error is not None
+
+
 def test_the_task_is_the_first_prompt_when_the_root_has_no_input():
     answer = {"role": "assistant", "parts": [{"type": "text", "content": "done"}]}
     system = {"role": "system", "parts": [{"type": "text", "content": "be brief"}]}

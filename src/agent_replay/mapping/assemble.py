@@ -191,7 +191,9 @@ def _same_llm_call(step: MappedSpan, m: MappedSpan) -> bool:
 
 
 def _fold(step: MappedSpan, inner: MappedSpan) -> None:
-    """Give the llm step what only the llm span inside it recorded (content, model, usage)."""
+    """Give the llm step what only the llm span inside it recorded (content, model, usage).
+    Not an error: the outer span's status says how the call ended (an inner attempt that
+    failed and was retried is no failure of the call)."""
     if inner.has_inputs:
         step.set_inputs(inner.inputs)
     if inner.has_output:
@@ -199,7 +201,6 @@ def _fold(step: MappedSpan, inner: MappedSpan) -> None:
     for key, value in inner.attributes.items():
         step.set_attr(key, value)
     step.dialects.extend(d for d in inner.dialects if d not in step.dialects)
-    step.error = step.error or inner.error
 
 
 def _kind(m: MappedSpan) -> StepKind:
