@@ -6,7 +6,8 @@ body or as server-sent events when the request streams. Everything else is real:
 instrumentors, the OTel SDK, the span processor and the SQLite store. The agent loop sends
 the tool result back as a ``tool_result`` block of a user turn; the tool span is made the way
 each ecosystem makes one (neither instrumentation makes it): an ``execute_tool`` span with
-the OTel API, an OpenInference ``TOOL`` span. Spans are read both ways: ``attach`` into a
+the OTel API, an OpenInference ``TOOL`` span (once left out: the tool step is then rebuilt
+from the ``tool_result``). Spans are read both ways: ``attach`` into a
 SQLite store, and ``from_otel_spans`` on what an ``InMemorySpanExporter`` kept.
 
 What ``opentelemetry-instrumentation-genai-anthropic`` 1.3b0 emits (scope
@@ -208,9 +209,18 @@ SPANS = {
 }
 
 
-def run_weather_agent(provider: TracerProvider, dialect: str, *, stream: bool = False) -> str:
-    """Ask, run the tool the model asked for, send its result back, return the answer."""
-    agent_span, tool_span = SPANS[dialect]
+def no_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+    return contextlib.nullcontext()
+
+
+def run_weather_agent(
+    provider: TracerProvider, dialect: str, *, stream: bool = False, tool_span: bool = True
+) -> str:
+    """Ask, run the tool the model asked for (in a tool span unless not ``tool_span``), send
+    its result back, return the answer."""
+    agent_span, tool_span_factory = SPANS[dialect]
+    if not tool_span:
+        tool_span_factory = no_span
     client = fake_anthropic()
     tracer = provider.get_tracer("demo.agent")
 
@@ -228,7 +238,7 @@ def run_weather_agent(provider: TracerProvider, dialect: str, *, stream: bool = 
         first = ask(messages)
         assert first.stop_reason == "tool_use"
         (call,) = [block for block in first.content if block.type == "tool_use"]
-        with tool_span(tracer, call, json.dumps(TOOL_RESULT)):
+        with tool_span_factory(tracer, call, json.dumps(TOOL_RESULT)):
             observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
         messages += [
             {"role": "assistant", "content": first.content},
@@ -289,12 +299,13 @@ def captured(
     dialect: str,
     *,
     stream: bool = False,
+    spans: int = 4,  # agent, llm, tool, llm
 ) -> Trajectory:
     """Run the agent once and read its trajectory ``how``: ``processor`` or ``spans``."""
     tracer_provider, exporter = provider
     processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
     assert run_weather_agent(tracer_provider, dialect, stream=stream) == ANSWER
-    assert len(exporter.get_finished_spans()) == 4  # agent, llm, tool, llm
+    assert len(exporter.get_finished_spans()) == spans
     if processor is None:
         return from_otel_spans(exporter.get_finished_spans())
     return stored_trajectory(processor, db_path)
@@ -556,3 +567,54 @@ def test_a_user_turn_of_several_tool_results_reads_the_same_both_ways(monkeypatc
         == otel.action
         == [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
     )
+
+
+@pytest.mark.parametrize("dialect", ["gen_ai", "openinference"])
+def test_without_a_tool_span_the_tool_step_is_rebuilt_from_the_tool_result(
+    provider, monkeypatch, dialect
+):
+    """Neither instrumentation makes a tool span: an agent that records none still gets its
+    tool step, from the ``tool_result`` block the next request sent back."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    instrumentor = OtelGenAI() if dialect == "gen_ai" else OpenInference()
+    with instrumented(instrumentor, provider):
+        assert run_weather_agent(provider[0], dialect, tool_span=False) == ANSWER
+        traj = from_otel_spans(provider[1].get_finished_spans())
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    tool = traj.steps[1]
+    assert tool.name == "get_weather" and tool.agent == "weather_agent"
+    assert tool.inputs == {"arguments": {"location": "Paris"}}
+    assert tool.action == OBSERVATION
+    assert tool.attributes["requested_by"] == 0 and tool.attributes["tool_call_id"] == CALL_ID
+    report = traj.metadata["capture"]
+    assert report["synthesized_tool_steps"] == [1] and report["unanswered_tool_calls"] == []
+    assert report["replayable"] is True
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("outer", ["gen_ai", "openinference"])
+def test_both_instrumentations_at_once_make_one_step_per_call(
+    db_path, provider, monkeypatch, how, outer
+):
+    """``opentelemetry-instrument`` loads every installed instrumentor, both of these
+    included: each call is then recorded twice, one span inside the other (the one
+    instrumented last is outside), and the two spans are one llm step."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    instrumentors = [OtelGenAI(), OpenInference()]
+    if outer == "gen_ai":
+        instrumentors.reverse()
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=provider[0])
+    try:
+        traj = captured(how, db_path, provider, "gen_ai", spans=6)
+    finally:
+        for instrumentor in reversed(instrumentors):
+            instrumentor.uninstrument()
+    name = f"chat {MODEL}" if outer == "gen_ai" else "messages.create"
+    assert_weather_trajectory(traj, llm_name=name)
+    dialects = {"gen_ai", "openinference"}
+    assert [set(s.attributes["dialect"].split(",")) for s in traj.steps] == [
+        dialects,
+        {"gen_ai"},
+        dialects,
+    ]
