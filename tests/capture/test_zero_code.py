@@ -22,10 +22,16 @@ from agent_replay.otel import TrajectorySpanExporter
 APP = textwrap.dedent(
     """
     import json
+    import sys
+    from importlib.metadata import entry_points
+
     from opentelemetry import trace
 
     tracer = trace.get_tracer("my.app")
     assert type(trace.get_tracer_provider()).__name__ == "TracerProvider", "SDK not configured"
+    installed = entry_points(group="opentelemetry_instrumentor")
+    loaded = sorted({e.value.split(":")[0] for e in installed} & set(sys.modules))
+    assert not loaded, f"instrumentors loaded: {loaded}"
     messages = [{"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]}]
     call = {"type": "tool_call", "id": "c1", "name": "weather", "arguments": {"city": "Paris"}}
     with tracer.start_as_current_span(
@@ -64,6 +70,13 @@ def instrument_bin() -> str:
     return str(script)
 
 
+def installed_instrumentors() -> str:
+    """The names of every installed instrumentor, for ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``:
+    ``opentelemetry-instrument`` loads each one it finds, and the dev extra installs several
+    (OpenAI, Anthropic, LangChain, from more than one project)."""
+    return ",".join(sorted({e.name for e in entry_points(group="opentelemetry_instrumentor")}))
+
+
 def run_instrumented(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     app = tmp_path / "app.py"
     app.write_text(APP)
@@ -72,8 +85,9 @@ def run_instrumented(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         {
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
-            # only the SDK: the auto-instrumentations installed here are not under test
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai",
+            # only the SDK: the auto-instrumentations installed here are not under test (the
+            # app checks that none of them was imported)
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": installed_instrumentors(),
             **env,
         }
     )

@@ -199,6 +199,18 @@ def test_system_and_tools():
         "function": {"name": "f", "description": None, "parameters": {}},
     }
     assert normalize_tools([openai_tool]) == [{"type": "function", "name": "f", "parameters": {}}]
+    # Anthropic tools as the API takes them (OpenInference records them so): the schema is
+    # the parameters; a server tool has none and keeps its versioned type
+    anthropic_tools = [
+        {"name": "f", "input_schema": {}},
+        {"type": "custom", "name": "g", "input_schema": {"type": "object"}},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
+    assert normalize_tools(anthropic_tools) == [
+        {"type": "function", "name": "f", "parameters": {}},
+        {"type": "function", "name": "g", "parameters": {"type": "object"}},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
     assert llm_inputs(OPENAI_CHAT, tools=[openai_tool], model="m") == {
         "messages": EXPECTED,
         "tools": [{"type": "function", "name": "f", "parameters": {}}],

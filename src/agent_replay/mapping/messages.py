@@ -423,7 +423,8 @@ def normalize_system(value: Any) -> list[dict[str, Any]] | None:
 
 def normalize_tools(value: Any) -> list[Any] | None:
     """Tool definitions in the flat OTel form ``{type, name, description, parameters}``
-    (OpenAI's ``{type, function: {...}}`` wrapper is unwrapped)."""
+    (OpenAI's ``{type, function: {...}}`` wrapper is unwrapped; an Anthropic tool's
+    ``input_schema`` is its ``parameters``, as the OTel Anthropic instrumentation writes it)."""
     value = _json(value)
     if not isinstance(value, list):
         return None if value is None else [value]
@@ -435,6 +436,10 @@ def normalize_tools(value: Any) -> list[Any] | None:
             tools.append({k: v for k, v in flat.items() if v is not None})
         elif isinstance(tool, dict):
             flat = dict(tool)
+            if "input_schema" in flat and "parameters" not in flat:
+                flat["parameters"] = flat.pop("input_schema")
+                if flat.get("type") == "custom":  # Anthropic's explicit name for its own tools
+                    flat["type"] = "function"
             flat.setdefault("type", "function")
             tools.append({k: v for k, v in flat.items() if v is not None})
         else:

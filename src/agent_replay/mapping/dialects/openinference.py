@@ -27,6 +27,16 @@ from the llm call that requested it. AGENT and CHAIN inputs holding ``{"messages
 is an AGENT span, so the model node ``agent`` of LangGraph's ``create_react_agent`` is one: that
 node (``metadata.langgraph_node == "agent"``) is read as a workflow inside the agent, so the
 agent's steps keep the agent's name.
+
+What ``openinference-instrumentation-anthropic`` 3.1.0 writes (scope
+``openinference.instrumentation.anthropic``; see
+``tests/capture/test_real_anthropic_instrumentations.py``): the ``system`` parameter as a first
+message of role ``system``, each ``tool_result`` block as a ``tool`` message of its own, and a
+``tool_use`` block both under ``message.tool_calls`` and as a ``message.contents`` entry
+(``tool_call.*`` beside ``message_content.type=tool_use``). Its llm steps are read in the API's
+shape, as the OTel GenAI instrumentation records the same call: ``system`` beside the messages,
+the results back in their user turn, each call once; its Anthropic tool definitions have their
+``input_schema`` as ``parameters``.
 """
 
 from __future__ import annotations
@@ -88,20 +98,22 @@ _STEP_KINDS = {
     "EMBEDDING": StepKind.EMBEDDING,
 }
 # request parameters worth keeping as step inputs, under the gen_ai dialect's short names
-_PARAMETERS = (
-    "temperature",
-    "max_tokens",
-    "max_completion_tokens",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "frequency_penalty",
-    "presence_penalty",
-)
+_PARAMETERS = {
+    "temperature": "temperature",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_completion_tokens",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "stop": "stop",
+    "stop_sequences": "stop",  # Anthropic's name
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+}
 _INDEX = re.compile(r"\d+")
 _OUTPUT_KEYS = (OUTPUT_MESSAGES, CHOICES, RETRIEVAL_DOCUMENTS)
 _FIRST_MESSAGE_ROLE = INPUT_MESSAGES + ".0.message.role"
+ANTHROPIC_SCOPE = "openinference.instrumentation.anthropic"
 
 
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
@@ -228,14 +240,24 @@ def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
             {"role": "user", "parts": [{"type": "text", "content": text}]}
             for text in _texts(_tree(attrs, PROMPTS), ("prompt", "text"))
         ]
-    if messages:
+    system = None
+    if span.scope_name == ANTHROPIC_SCOPE:
+        messages, system = _anthropic_request(messages)
+    if messages or system:
         tools = [_tool_definition(t) for t in _items(_tree(attrs, TOOLS))]
         model = _text(attrs.get(REQUEST_MODEL_NAME)) or _text(invocation.get("model"))
         mapped.set_llm_inputs(
-            messages, tools=[t for t in tools if t is not None] or None, model=model or None
+            messages,
+            system=system,
+            tools=[t for t in tools if t is not None] or None,
+            model=model or None,
         )
     # LangChain writes every parameter, unset ones as null ("stop": null)
-    params = {key: invocation[key] for key in _PARAMETERS if invocation.get(key) is not None}
+    params = {
+        short: invocation[key]
+        for key, short in _PARAMETERS.items()
+        if invocation.get(key) is not None
+    }
     if params:
         mapped.set_attr("parameters", params)  # beside the inputs, as every dialect keeps them
 
@@ -248,6 +270,48 @@ def _read_llm(span: NormalizedSpan, mapped: MappedSpan) -> None:
         ]
     if outputs:
         mapped.set_llm_output(outputs)
+
+
+def _anthropic_request(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The messages and the ``system`` parameter of an Anthropic Messages request, undoing
+    how ``openinference-instrumentation-anthropic`` flattens them: it writes ``system`` as a
+    first message of role ``system`` (the API has no such role), and each ``tool_result``
+    block of a user turn as a message of its own with role ``tool``, before the rest of that
+    turn. Back in the API's shape they read as the OTel instrumentation writes the same call:
+    instructions beside the messages, the results as ``tool_call_response`` parts of a
+    ``user`` message. A results message is joined by the user message right after it (the
+    rest of the turn; the API merges consecutive user turns anyway)."""
+    system = None
+    if messages and messages[0]["role"] == "system":
+        system, messages = messages[0]["parts"], messages[1:]
+    turns: list[dict[str, Any]] = []
+    results: dict[str, Any] | None = None  # the user turn the tool results go back into
+    for message in messages:
+        if message["role"] == "tool":
+            if results is None:
+                results = {"role": "user", "parts": []}
+                turns.append(results)
+            results["parts"].extend(_block_result(p) for p in message["parts"])
+        elif results is not None and message["role"] == "user":
+            results["parts"].extend(message["parts"])
+            results = None
+        else:
+            results = None
+            turns.append(message)
+    return turns, system
+
+
+def _block_result(part: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_result`` whose content was a list of blocks is written as their JSON text;
+    read back, it is the list (as the OTel instrumentation records it)."""
+    response = part.get("response")
+    if part.get("type") == "tool_call_response" and isinstance(response, str):
+        blocks = parse_json(response)
+        if isinstance(blocks, list) and all(isinstance(b, Mapping) and "type" in b for b in blocks):
+            return {**part, "response": blocks}
+    return part
 
 
 def _message(node: Any) -> dict[str, Any] | None:
@@ -275,18 +339,14 @@ def _message(node: Any) -> dict[str, Any] | None:
         converted = _content_part(item)
         if converted is not None:
             parts.append(converted)
+    # a call already read from the contents (Anthropic's tool_use block) is written under
+    # tool_calls too, with the same id
+    in_contents = {p.get("id") for p in parts if p["type"] == "tool_call" and p.get("id")}
     for item in _items(message.get("tool_calls")):
         call = item.get("tool_call", item) if isinstance(item, Mapping) else None
-        if not isinstance(call, Mapping):
-            continue
-        function = call.get("function")
-        function = function if isinstance(function, Mapping) else {}
-        part = {"type": "tool_call", "name": _text(function.get("name")) or ""}
-        if _text(call.get("id")):
-            part["id"] = _text(call.get("id"))
-        if "arguments" in function:
-            part["arguments"] = parse_json(function.get("arguments"))
-        parts.append(part)
+        part = _tool_call(call)
+        if part is not None and (part.get("id") is None or part["id"] not in in_contents):
+            parts.append(part)
     legacy_name = _text(message.get("function_call_name"))
     if legacy_name:
         parts.append(
@@ -303,7 +363,26 @@ def _message(node: Any) -> dict[str, Any] | None:
     return out
 
 
+def _tool_call(call: Any) -> dict[str, Any] | None:
+    """A flattened ``tool_call`` (``id``, ``function.name``, ``function.arguments``) as a
+    ``tool_call`` part."""
+    if not isinstance(call, Mapping):
+        return None
+    function = call.get("function")
+    function = function if isinstance(function, Mapping) else {}
+    part = {"type": "tool_call", "name": _text(function.get("name")) or ""}
+    if _text(call.get("id")):
+        part["id"] = _text(call.get("id"))
+    if "arguments" in function:
+        part["arguments"] = parse_json(function.get("arguments"))
+    return part
+
+
 def _content_part(item: Any) -> dict[str, Any] | None:
+    if isinstance(item, Mapping) and isinstance(item.get("tool_call"), Mapping):
+        # openinference-anthropic: a tool_use block is ``message_content.type = tool_use``
+        # beside the call itself, ``contents.N.tool_call.{id, function.name, ...}``
+        return _tool_call(item["tool_call"])
     content = item.get("message_content", item) if isinstance(item, Mapping) else None
     if not isinstance(content, Mapping):
         return None
@@ -319,7 +398,7 @@ def _content_part(item: Any) -> dict[str, Any] | None:
         if url:
             return {"type": "uri", "modality": kind, "uri": url}
         return {"type": kind}
-    # tool_use and anything newer: keep what was recorded under a generic part
+    # anything else (blocks recorded as JSON text, newer types): kept under a generic part
     part = {"type": kind}
     part.update({str(k): v for k, v in content.items() if k != "type"})
     return part

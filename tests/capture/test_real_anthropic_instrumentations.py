@@ -1,0 +1,620 @@
+"""Capture from the real Anthropic instrumentations wrapping the real ``anthropic`` client, offline.
+
+The client (anthropic 2.14, which talks through httpx2) gets an ``httpx2.MockTransport`` that
+plays the Messages API: a ``tool_use`` block first, then the final text, with usage, as a JSON
+body or as server-sent events when the request streams. Everything else is real: the
+instrumentors, the OTel SDK, the span processor and the SQLite store. The agent loop sends
+the tool result back as a ``tool_result`` block of a user turn; the tool span is made the way
+each ecosystem makes one (neither instrumentation makes it): an ``execute_tool`` span with
+the OTel API, an OpenInference ``TOOL`` span (once left out: the tool step is then rebuilt
+from the ``tool_result``). Spans are read both ways: ``attach`` into a
+SQLite store, and ``from_otel_spans`` on what an ``InMemorySpanExporter`` kept.
+
+What ``opentelemetry-instrumentation-genai-anthropic`` 1.3b0 emits (scope
+``opentelemetry.instrumentation.genai.anthropic``): one CLIENT span ``chat {model}`` per
+``messages.create`` / ``messages.stream`` with ``gen_ai.operation.name=chat``,
+``gen_ai.provider.name=anthropic``, request and response model, ``gen_ai.request.max_tokens``
+/ ``stop_sequences`` (``gen_ai.request.stream`` when streaming), ``gen_ai.response.id``,
+usage, and ``gen_ai.response.finish_reasons`` normalised (``tool_use`` → ``tool_call``,
+``end_turn`` → ``stop``). With ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only``
+also ``gen_ai.input.messages`` (the request's messages as parts: ``tool_use`` →
+``tool_call`` with parsed arguments, ``tool_result`` → ``tool_call_response`` in the *user*
+message that carried it), ``gen_ai.output.messages``, ``gen_ai.system_instructions`` (the
+``system`` parameter) and ``gen_ai.tool.definitions`` (``input_schema`` as ``parameters``);
+without it none of those four.
+
+What ``openinference-instrumentation-anthropic`` 3.1.0 emits (scope
+``openinference.instrumentation.anthropic``): one INTERNAL ``LLM`` span ``messages.create``
+(``messages.stream`` when streaming) with ``llm.provider`` / ``llm.system`` = ``anthropic``,
+``llm.request.model_name`` and the response's ``llm.model_name``, ``llm.invocation_parameters``
+(``max_tokens``, ``stop_sequences``, ``stream``), ``llm.token_count.*``, ``llm.finish_reason``
+as the API says it (``tool_use``, ``end_turn``), ``llm.tools.N.tool.json_schema`` (the
+Anthropic tool, ``input_schema`` and all), ``input.value`` / ``output.value`` (request and
+response as JSON), and flattened messages: the ``system`` parameter as a first message of
+role ``system``, each ``tool_result`` block as a message of its own with role ``tool`` and
+``tool_call_id``, and a ``tool_use`` block twice: under ``message.tool_calls.K`` and as
+``message.contents.J`` (``message_content.type=tool_use`` beside ``tool_call.*``). Hidden
+inputs and outputs (``OPENINFERENCE_HIDE_INPUTS`` / ``..._OUTPUTS``) leave ``input.value`` /
+``output.value`` as ``__REDACTED__`` and no messages, tools or tool calls; hidden text
+(``..._INPUT_TEXT`` / ``..._OUTPUT_TEXT``) keeps the messages with ``__REDACTED__`` text and
+keeps the tool calls.
+
+Mapping fixed on these spans: the ``tool_use`` content entry was read as a bare
+``{"type": "tool_use"}`` part beside the call; the Anthropic tools kept ``input_schema`` (now
+``parameters``, as every other tool definition); the OpenInference system message and ``tool``
+messages are read back into the API's shape (``system`` beside the messages, the results in
+the user turn), so an llm step reads the same whichever instrumentation recorded it;
+``stop_sequences`` is the ``stop`` parameter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+from openinference.instrumentation.anthropic import AnthropicInstrumentor as OpenInference
+from opentelemetry import trace
+from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor as OtelGenAI
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_replay import StepKind, Trajectory
+from agent_replay.interop import from_otel_spans
+from agent_replay.otel import attach
+from fake_anthropic import message, sse, stream_events
+from stored import stored_trajectory
+
+MODEL = "claude-haiku-4-5"
+RESPONSE_MODEL = "claude-haiku-4-5-20251001"
+SYSTEM = "You are a weather bot."
+QUESTION = "Weather in Paris?"
+PREAMBLE = "Let me check."
+TOOL_RESULT = {"temp_f": 57, "conditions": "rainy"}
+OBSERVATION = "rainy, 57F"
+ANSWER = "It is rainy and 57F in Paris."
+CALL_ID = "toolu_01A09q90qw90lq917835lq9"
+SCHEMA = {
+    "type": "object",
+    "properties": {"location": {"type": "string"}},
+    "required": ["location"],
+}
+TOOLS = [{"name": "get_weather", "description": "Get weather", "input_schema": SCHEMA}]
+#: the same tool in an llm step's inputs (the flat OTel form)
+TOOL_DEFINITION = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get weather",
+    "parameters": SCHEMA,
+}
+CALL = {
+    "type": "tool_call",
+    "id": CALL_ID,
+    "name": "get_weather",
+    "arguments": {"location": "Paris"},
+}
+USER = {"role": "user", "parts": [{"type": "text", "content": QUESTION}]}
+ASKED = {"role": "assistant", "parts": [{"type": "text", "content": PREAMBLE}, CALL]}
+RESULT = {
+    "role": "user",
+    "parts": [{"type": "tool_call_response", "id": CALL_ID, "response": OBSERVATION}],
+}
+
+
+def fake_anthropic() -> anthropic.Anthropic:
+    """An Anthropic client whose server asks for ``get_weather`` first and answers once the
+    tool result is back; a request with ``stream`` gets the same message as events."""
+    calls = {"n": 0}
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        calls["n"] += 1
+        sent = json.loads(request.content)
+        last = sent["messages"][-1]["content"]
+        if isinstance(last, list) and any(block["type"] == "tool_result" for block in last):
+            content = [{"type": "text", "text": ANSWER}]
+            body = message(calls["n"], RESPONSE_MODEL, content, "end_turn", (90, 12))
+        else:
+            content = [
+                {"type": "text", "text": PREAMBLE},
+                {
+                    "type": "tool_use",
+                    "id": CALL_ID,
+                    "name": "get_weather",
+                    "input": {"location": "Paris"},
+                },
+            ]
+            body = message(calls["n"], RESPONSE_MODEL, content, "tool_use", (57, 15))
+        if sent.get("stream"):
+            events = sse(stream_events(body))
+            return httpx2.Response(
+                200, content=events, headers={"content-type": "text/event-stream"}
+            )
+        return httpx2.Response(200, json=body)
+
+    return anthropic.Anthropic(
+        api_key="sk-ant-test",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+
+
+# -- the spans each ecosystem makes around the provider calls -----------------------------------
+
+
+def genai_agent_span(tracer: trace.Tracer) -> Any:
+    return tracer.start_as_current_span(
+        "invoke_agent weather_agent",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "weather_agent",
+            "gen_ai.provider.name": "anthropic",
+            "gen_ai.conversation.id": "conv_1",
+        },
+    )
+
+
+def genai_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+    return tracer.start_as_current_span(
+        f"execute_tool {call.name}",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.arguments": json.dumps(call.input),
+            "gen_ai.tool.call.result": result,
+        },
+    )
+
+
+def openinference_agent_span(tracer: trace.Tracer) -> Any:
+    return tracer.start_as_current_span(
+        "weather_agent",
+        attributes={
+            "openinference.span.kind": "AGENT",
+            "agent.name": "weather_agent",
+            "session.id": "conv_1",
+            "input.value": QUESTION,
+            "input.mime_type": "text/plain",
+        },
+    )
+
+
+def openinference_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+    return tracer.start_as_current_span(
+        call.name,
+        attributes={
+            "openinference.span.kind": "TOOL",
+            "tool.name": call.name,
+            "tool.id": call.id,
+            "input.value": json.dumps(call.input),
+            "input.mime_type": "application/json",
+            "output.value": result,
+            "output.mime_type": "application/json",
+        },
+    )
+
+
+SpanFactory = Callable[..., Any]
+SPANS = {
+    "gen_ai": (genai_agent_span, genai_tool_span),
+    "openinference": (openinference_agent_span, openinference_tool_span),
+}
+
+
+def no_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+    return contextlib.nullcontext()
+
+
+def run_weather_agent(
+    provider: TracerProvider, dialect: str, *, stream: bool = False, tool_span: bool = True
+) -> str:
+    """Ask, run the tool the model asked for (in a tool span unless not ``tool_span``), send
+    its result back, return the answer."""
+    agent_span, tool_span_factory = SPANS[dialect]
+    if not tool_span:
+        tool_span_factory = no_span
+    client = fake_anthropic()
+    tracer = provider.get_tracer("demo.agent")
+
+    def ask(messages: list[dict[str, Any]]) -> anthropic.types.Message:
+        request = {"model": MODEL, "max_tokens": 256, "system": SYSTEM, "tools": TOOLS}
+        if not stream:
+            return client.messages.create(messages=messages, stop_sequences=["END"], **request)
+        with client.messages.stream(messages=messages, stop_sequences=["END"], **request) as s:
+            for _ in s:
+                pass
+            return s.get_final_message()
+
+    with agent_span(tracer):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+        first = ask(messages)
+        assert first.stop_reason == "tool_use"
+        (call,) = [block for block in first.content if block.type == "tool_use"]
+        with tool_span_factory(tracer, call, json.dumps(TOOL_RESULT)):
+            observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call.id, "content": observation}
+                ],
+            },
+        ]
+        final = ask(messages)
+    return final.content[0].text
+
+
+@contextlib.contextmanager
+def instrumented(
+    instrumentor: Any, provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> Iterator:
+    """Instrument for one test; afterwards prove the client no longer emits spans."""
+    tracer_provider, exporter = provider
+    instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+        yield instrumentor
+    finally:
+        instrumentor.uninstrument()
+        exporter.clear()
+        fake_anthropic().messages.create(
+            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+        leaked = [s.name for s in exporter.get_finished_spans()]
+        assert not leaked, f"instrumentation still active after uninstrument: {leaked}"
+
+
+@pytest.fixture
+def otel_genai(monkeypatch, provider) -> Iterator[Any]:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    with instrumented(OtelGenAI(), provider) as instrumentor:
+        yield instrumentor
+
+
+@pytest.fixture
+def otel_genai_no_content(monkeypatch, provider) -> Iterator[Any]:
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    with instrumented(OtelGenAI(), provider) as instrumentor:
+        yield instrumentor
+
+
+@pytest.fixture
+def openinference(provider) -> Iterator[Any]:
+    with instrumented(OpenInference(), provider) as instrumentor:
+        yield instrumentor
+
+
+def captured(
+    how: str,
+    db_path: Path,
+    provider: tuple[TracerProvider, InMemorySpanExporter],
+    dialect: str,
+    *,
+    stream: bool = False,
+    spans: int = 4,  # agent, llm, tool, llm
+) -> Trajectory:
+    """Run the agent once and read its trajectory ``how``: ``processor`` or ``spans``."""
+    tracer_provider, exporter = provider
+    processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
+    assert run_weather_agent(tracer_provider, dialect, stream=stream) == ANSWER
+    assert len(exporter.get_finished_spans()) == spans
+    if processor is None:
+        return from_otel_spans(exporter.get_finished_spans())
+    return stored_trajectory(processor, db_path)
+
+
+def assert_weather_trajectory(traj: Trajectory, *, llm_name: str) -> None:
+    """What both instrumentations must yield: llm → tool → llm, with content and links."""
+    assert traj.session_id == "conv_1"
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, llm_name),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, llm_name),
+    ]
+    first, tool, final = traj.steps
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    assert first.started_ns <= tool.started_ns <= final.started_ns
+
+    # the first request: the system parameter beside the question, the tool offered
+    assert first.inputs == {
+        "messages": [USER],
+        "system": [{"type": "text", "content": SYSTEM}],
+        "tools": [TOOL_DEFINITION],
+        "model": MODEL,
+    }
+    # the answer: its text, then the tool_use block as a call with its id and parsed input
+    assert first.action == [ASKED]
+    assert first.attributes["tool_calls"] == [CALL_ID]
+    assert first.attributes["model"] == RESPONSE_MODEL
+    assert first.attributes["provider"] == "anthropic"
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
+    assert first.attributes["parameters"] == {"max_tokens": 256, "stop": ["END"]}
+
+    # the tool step: arguments in, result out, linked to the call that asked for it
+    assert tool.inputs == {"arguments": {"location": "Paris"}}
+    assert tool.action == TOOL_RESULT
+    assert tool.attributes["tool_call_id"] == CALL_ID
+    assert tool.attributes["requested_by"] == 0
+
+    # the final request: the conversation so far, the tool_result in the user turn
+    assert final.inputs["messages"] == [USER, ASKED, RESULT]
+    assert final.inputs["system"] == first.inputs["system"]
+    assert final.inputs["tools"] == [TOOL_DEFINITION]
+    assert final.action == [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (90, 12)
+    assert "tool_calls" not in final.attributes
+
+    report = traj.metadata["capture"]
+    assert report["replayable"] is True and report["notes"] == []
+    assert report["steps_without_content"] == [] and report["opaque_steps"] == []
+    assert report["tool_steps_without_result"] == [] and report["unanswered_tool_calls"] == []
+    assert report["synthesized_tool_steps"] == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("how", ["processor", "spans"])
+def test_opentelemetry_genai_anthropic_span_only(db_path, provider, otel_genai, how, stream):
+    traj = captured(how, db_path, provider, "gen_ai", stream=stream)
+    assert_weather_trajectory(traj, llm_name=f"chat {MODEL}")
+    first, _, final = traj.steps
+    # the instrumentation normalises the stop reasons to the conventions' finish reasons
+    assert first.attributes["finish_reasons"] == ["tool_call"]
+    assert final.attributes["finish_reasons"] == ["stop"]
+    assert {s.attributes["dialect"] for s in traj.steps} == {"gen_ai"}
+    assert first.attributes["response_id"] == "msg_01"
+    llm_spans = [s for s in provider[1].get_finished_spans() if s.name == f"chat {MODEL}"]
+    assert [s.attributes.get("gen_ai.request.stream", False) for s in llm_spans] == [stream] * 2
+    assert traj.task == {"messages": [USER], "system": first.inputs["system"]}
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+def test_opentelemetry_genai_anthropic_without_content_says_so(
+    db_path, provider, otel_genai_no_content, how
+):
+    traj = captured(how, db_path, provider, "gen_ai")
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    first, tool, final = traj.steps
+    for step in (first, final):
+        assert step.inputs is None and step.action is None
+    # what is not content survives: model, usage, finish reasons; the tool span is ours
+    assert first.attributes["model"] == RESPONSE_MODEL
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
+    assert first.attributes["finish_reasons"] == ["tool_call"]
+    assert tool.action == TOOL_RESULT and tool.attributes["tool_call_id"] == CALL_ID
+    # no output messages, so no call to link the tool step to
+    assert "tool_calls" not in first.attributes and "requested_by" not in tool.attributes
+    report = traj.metadata["capture"]
+    assert report["steps_without_content"] == [0, 2]
+    assert report["replayable"] is False
+    assert any("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("how", ["processor", "spans"])
+def test_openinference_anthropic(db_path, provider, openinference, how, stream):
+    traj = captured(how, db_path, provider, "openinference", stream=stream)
+    assert_weather_trajectory(traj, llm_name="messages.stream" if stream else "messages.create")
+    first, _, final = traj.steps
+    # finish reasons as the API says them
+    assert first.attributes["finish_reasons"] == ["tool_use"]
+    assert final.attributes["finish_reasons"] == ["end_turn"]
+    assert (first.attributes["total_tokens"], final.attributes["total_tokens"]) == (72, 102)
+    assert {s.attributes["dialect"] for s in traj.steps} == {"openinference"}
+    assert traj.task == QUESTION  # the AGENT span's input.value
+
+    # regression: the spans really are in OpenInference's flattened shape
+    (llm_span, *_) = [
+        s for s in provider[1].get_finished_spans() if s.attributes.get("llm.provider")
+    ]
+    attrs = llm_span.attributes
+    assert attrs["llm.input_messages.0.message.role"] == "system"
+    contents = "llm.output_messages.0.message.contents.1"
+    assert attrs[f"{contents}.message_content.type"] == "tool_use"
+    assert attrs[f"{contents}.tool_call.id"] == CALL_ID
+    assert attrs["llm.output_messages.0.message.tool_calls.0.tool_call.id"] == CALL_ID
+    assert json.loads(attrs["llm.tools.0.tool.json_schema"])["input_schema"] == SCHEMA
+    (last_llm_span,) = [
+        s
+        for s in provider[1].get_finished_spans()
+        if s.attributes.get("llm.input_messages.3.message.role") == "tool"
+    ]
+    assert last_llm_span.attributes["llm.input_messages.3.message.tool_call_id"] == CALL_ID
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("hide", ["inputs_outputs", "text"])
+def test_openinference_anthropic_hidden_content_is_reported(
+    db_path, provider, monkeypatch, how, hide
+):
+    if hide == "text":
+        monkeypatch.setenv("OPENINFERENCE_HIDE_INPUT_TEXT", "true")
+        monkeypatch.setenv("OPENINFERENCE_HIDE_OUTPUT_TEXT", "true")
+    else:
+        monkeypatch.setenv("OPENINFERENCE_HIDE_INPUTS", "true")
+        monkeypatch.setenv("OPENINFERENCE_HIDE_OUTPUTS", "true")
+    with instrumented(OpenInference(), provider):  # reads the settings when instrumenting
+        traj = captured(how, db_path, provider, "openinference")
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    first, tool, final = traj.steps
+    # the placeholder is not content
+    for step in (first, final):
+        assert step.inputs is None and step.action is None
+    assert first.attributes["model"] == RESPONSE_MODEL
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
+    assert tool.action == TOOL_RESULT and tool.attributes["tool_call_id"] == CALL_ID
+    if hide == "text":
+        # hidden text keeps the tool calls: the tool step is still linked to its call
+        assert first.attributes["tool_calls"] == [CALL_ID]
+        assert tool.attributes["requested_by"] == 0
+    else:
+        assert "tool_calls" not in first.attributes and "requested_by" not in tool.attributes
+    report = traj.metadata["capture"]
+    assert report["steps_without_content"] == [0, 2]
+    assert report["replayable"] is False
+    assert sum("OPENINFERENCE_HIDE_INPUTS" in note for note in report["notes"]) == 2
+    assert any("no message content was captured" in note for note in report["notes"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_both_instrumentations_yield_the_same_llm_steps(tmp_path, monkeypatch, stream):
+    """Replay matches steps by content, so an llm call must read the same whichever
+    instrumentation recorded it: inputs, outputs and usage alike (finish reasons are kept
+    as each wrote them, and only OpenInference counts total tokens)."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    results = []
+    for number, (instrumentor, dialect) in enumerate(
+        ((OtelGenAI(), "gen_ai"), (OpenInference(), "openinference"))
+    ):
+        tracer_provider = TracerProvider()
+        exporter = InMemorySpanExporter()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        with instrumented(instrumentor, (tracer_provider, exporter)):
+            results.append(
+                captured(
+                    "processor",
+                    tmp_path / f"{number}.sqlite",
+                    (tracer_provider, exporter),
+                    dialect,
+                    stream=stream,
+                )
+            )
+        tracer_provider.shutdown()
+    otel, oi = results
+    for index in (0, 2):
+        assert otel.steps[index].inputs == oi.steps[index].inputs
+        assert otel.steps[index].input_hash == oi.steps[index].input_hash
+        assert otel.steps[index].action == oi.steps[index].action
+        for key in ("model", "provider", "input_tokens", "output_tokens", "parameters"):
+            assert otel.steps[index].attributes[key] == oi.steps[index].attributes[key], key
+    assert otel.steps[1].inputs == oi.steps[1].inputs and otel.steps[1].action == oi.steps[1].action
+
+
+def test_a_user_turn_of_several_tool_results_reads_the_same_both_ways(monkeypatch):
+    """Two parallel calls answered in one user turn (one result a string, one a list of
+    blocks) followed by text: the OTel instrumentation records the turn as it was sent,
+    OpenInference as two ``tool`` messages and a user message; both read as the turn."""
+    paris = {
+        "type": "tool_use",
+        "id": "toolu_paris",
+        "name": "get_weather",
+        "input": {"location": "Paris"},
+    }
+    rome = {
+        "type": "tool_use",
+        "id": "toolu_rome",
+        "name": "get_weather",
+        "input": {"location": "Rome"},
+    }
+    rome_blocks = [{"type": "text", "text": "sunny, 75F"}]
+    messages = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": [paris, rome]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_paris", "content": OBSERVATION},
+                {"type": "tool_result", "tool_use_id": "toolu_rome", "content": rome_blocks},
+                {"type": "text", "text": "Answer in one line."},
+            ],
+        },
+    ]
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    steps = []
+    for instrumentor in (OtelGenAI(), OpenInference()):
+        tracer_provider = TracerProvider()
+        exporter = InMemorySpanExporter()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        with instrumented(instrumentor, (tracer_provider, exporter)):
+            fake_anthropic().messages.create(
+                model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS, messages=messages
+            )
+            (step,) = from_otel_spans(exporter.get_finished_spans()).steps
+            steps.append(step)
+        tracer_provider.shutdown()
+    otel, oi = steps
+    calls = [
+        {
+            "type": "tool_call",
+            "id": f"toolu_{city}",
+            "name": "get_weather",
+            "arguments": {"location": city.title()},
+        }
+        for city in ("paris", "rome")
+    ]
+    assert otel.inputs["messages"] == [
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris and Rome?"}]},
+        {"role": "assistant", "parts": calls},
+        {
+            "role": "user",
+            "parts": [
+                {"type": "tool_call_response", "id": "toolu_paris", "response": OBSERVATION},
+                {"type": "tool_call_response", "id": "toolu_rome", "response": rome_blocks},
+                {"type": "text", "content": "Answer in one line."},
+            ],
+        },
+    ]
+    assert oi.inputs == otel.inputs
+    assert (
+        oi.action
+        == otel.action
+        == [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+    )
+
+
+@pytest.mark.parametrize("dialect", ["gen_ai", "openinference"])
+def test_without_a_tool_span_the_tool_step_is_rebuilt_from_the_tool_result(
+    provider, monkeypatch, dialect
+):
+    """Neither instrumentation makes a tool span: an agent that records none still gets its
+    tool step, from the ``tool_result`` block the next request sent back."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    instrumentor = OtelGenAI() if dialect == "gen_ai" else OpenInference()
+    with instrumented(instrumentor, provider):
+        assert run_weather_agent(provider[0], dialect, tool_span=False) == ANSWER
+        traj = from_otel_spans(provider[1].get_finished_spans())
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    tool = traj.steps[1]
+    assert tool.name == "get_weather" and tool.agent == "weather_agent"
+    assert tool.inputs == {"arguments": {"location": "Paris"}}
+    assert tool.action == OBSERVATION
+    assert tool.attributes["requested_by"] == 0 and tool.attributes["tool_call_id"] == CALL_ID
+    report = traj.metadata["capture"]
+    assert report["synthesized_tool_steps"] == [1] and report["unanswered_tool_calls"] == []
+    assert report["replayable"] is True
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("outer", ["gen_ai", "openinference"])
+def test_both_instrumentations_at_once_make_one_step_per_call(
+    db_path, provider, monkeypatch, how, outer
+):
+    """``opentelemetry-instrument`` loads every installed instrumentor, both of these
+    included: each call is then recorded twice, one span inside the other (the one
+    instrumented last is outside), and the two spans are one llm step."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    instrumentors = [OtelGenAI(), OpenInference()]
+    if outer == "gen_ai":
+        instrumentors.reverse()
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=provider[0])
+    try:
+        traj = captured(how, db_path, provider, "gen_ai", spans=6)
+    finally:
+        for instrumentor in reversed(instrumentors):
+            instrumentor.uninstrument()
+    name = f"chat {MODEL}" if outer == "gen_ai" else "messages.create"
+    assert_weather_trajectory(traj, llm_name=name)
+    dialects = {"gen_ai", "openinference"}
+    assert [set(s.attributes["dialect"].split(",")) for s in traj.steps] == [
+        dialects,
+        {"gen_ai"},
+        dialects,
+    ]
