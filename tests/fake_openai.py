@@ -1,7 +1,13 @@
-"""What a fake OpenAI server answers in the offline tests of the real ``openai`` client."""
+"""What a fake OpenAI server answers in the offline tests of the real ``openai`` client, and a
+local HTTP server to play one on loopback (for clients that must really connect)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -21,3 +27,26 @@ def chat_completion(
             "total_tokens": sum(usage),
         },
     }
+
+
+def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:
+    """Answer the request ``handler`` is serving with ``payload`` as JSON."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on a free loopback port; yields the OpenAI-style base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()

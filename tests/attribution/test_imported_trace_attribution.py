@@ -17,9 +17,8 @@ that step.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import httpx2
@@ -33,7 +32,7 @@ from openinference.instrumentation.langchain import LangChainInstrumentor
 from agent_replay import StepKind, attribute, replayable_agent
 from agent_replay.otel import attach
 from agent_replay.replay.policies import OpenAIChatPolicy, ScriptedPolicy
-from fake_openai import chat_completion
+from fake_openai import chat_completion, send_json, serving
 from stored import stored_trajectory
 
 QUESTION = "What is the weather in Paris?"
@@ -78,12 +77,7 @@ class SurrogateModel(BaseHTTPRequestHandler):
             }
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
             payload = chat_completion(1, body["model"], message, "tool_calls", (20, 5))
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, payload)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -92,12 +86,8 @@ class SurrogateModel(BaseHTTPRequestHandler):
 @pytest.fixture
 def endpoint() -> Iterator[str]:
     SurrogateModel.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SurrogateModel)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(SurrogateModel) as base_url:
+        yield base_url
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ the user turn), so an llm step reads the same whichever instrumentation recorded
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +69,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agent_replay import StepKind, Trajectory
 from agent_replay.interop import from_otel_spans
 from agent_replay.otel import attach
+from agent_spans import (
+    genai_agent_span,
+    genai_tool_span,
+    openinference_agent_span,
+    openinference_tool_span,
+)
 from fake_anthropic import message, sse, stream_events
 from stored import stored_trajectory
 
@@ -148,68 +155,14 @@ def fake_anthropic() -> anthropic.Anthropic:
 # -- the spans each ecosystem makes around the provider calls -----------------------------------
 
 
-def genai_agent_span(tracer: trace.Tracer) -> Any:
-    return tracer.start_as_current_span(
-        "invoke_agent weather_agent",
-        attributes={
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": "weather_agent",
-            "gen_ai.provider.name": "anthropic",
-            "gen_ai.conversation.id": "conv_1",
-        },
-    )
-
-
-def genai_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
-    return tracer.start_as_current_span(
-        f"execute_tool {call.name}",
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.id,
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.arguments": json.dumps(call.input),
-            "gen_ai.tool.call.result": result,
-        },
-    )
-
-
-def openinference_agent_span(tracer: trace.Tracer) -> Any:
-    return tracer.start_as_current_span(
-        "weather_agent",
-        attributes={
-            "openinference.span.kind": "AGENT",
-            "agent.name": "weather_agent",
-            "session.id": "conv_1",
-            "input.value": QUESTION,
-            "input.mime_type": "text/plain",
-        },
-    )
-
-
-def openinference_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
-    return tracer.start_as_current_span(
-        call.name,
-        attributes={
-            "openinference.span.kind": "TOOL",
-            "tool.name": call.name,
-            "tool.id": call.id,
-            "input.value": json.dumps(call.input),
-            "input.mime_type": "application/json",
-            "output.value": result,
-            "output.mime_type": "application/json",
-        },
-    )
-
-
 SpanFactory = Callable[..., Any]
 SPANS = {
-    "gen_ai": (genai_agent_span, genai_tool_span),
+    "gen_ai": (functools.partial(genai_agent_span, provider="anthropic"), genai_tool_span),
     "openinference": (openinference_agent_span, openinference_tool_span),
 }
 
 
-def no_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+def no_span(tracer: trace.Tracer, *call: Any) -> Any:
     return contextlib.nullcontext()
 
 
@@ -238,7 +191,8 @@ def run_weather_agent(
         first = ask(messages)
         assert first.stop_reason == "tool_use"
         (call,) = [block for block in first.content if block.type == "tool_use"]
-        with tool_span_factory(tracer, call, json.dumps(TOOL_RESULT)):
+        arguments = json.dumps(call.input)
+        with tool_span_factory(tracer, call.name, call.id, arguments, json.dumps(TOOL_RESULT)):
             observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
         messages += [
             {"role": "assistant", "content": first.content},

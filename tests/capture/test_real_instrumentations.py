@@ -24,6 +24,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_replay import StepKind, Trajectory
 from agent_replay.otel import attach
+from agent_spans import (
+    genai_agent_span,
+    genai_tool_span,
+    openinference_agent_span,
+    openinference_tool_span,
+)
 from fake_openai import chat_completion
 from stored import stored_trajectory
 
@@ -82,70 +88,17 @@ def fake_openai() -> openai.OpenAI:
     )
 
 
-def genai_agent_span(tracer: trace.Tracer) -> Any:
-    return tracer.start_as_current_span(
-        "invoke_agent weather_agent",
-        attributes={
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": "weather_agent",
-            "gen_ai.provider.name": "openai",
-            "gen_ai.conversation.id": "conv_1",
-        },
-    )
-
-
-def genai_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
-    return tracer.start_as_current_span(
-        f"execute_tool {call.function.name}",
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.function.name,
-            "gen_ai.tool.call.id": call.id,
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.arguments": call.function.arguments,
-            "gen_ai.tool.call.result": result,
-        },
-    )
-
-
-def openinference_agent_span(tracer: trace.Tracer) -> Any:
-    return tracer.start_as_current_span(
-        "weather_agent",
-        attributes={
-            "openinference.span.kind": "AGENT",
-            "agent.name": "weather_agent",
-            "session.id": "conv_1",
-            "input.value": QUESTION,
-            "input.mime_type": "text/plain",
-        },
-    )
-
-
-def openinference_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
-    """A TOOL span as OpenInference framework instrumentations write it (with ``tool.id``)."""
-    return tracer.start_as_current_span(
-        call.function.name,
-        attributes={
-            "openinference.span.kind": "TOOL",
-            "tool.name": call.function.name,
-            "tool.id": call.id,
-            "input.value": call.function.arguments,
-            "input.mime_type": "application/json",
-            "output.value": result,
-            "output.mime_type": "application/json",
-        },
-    )
-
-
-def langchain_style_tool_span(tracer: trace.Tracer, call: Any, result: str) -> Any:
+def langchain_style_tool_span(
+    tracer: trace.Tracer, name: str, call_id: str, arguments: str, result: str
+) -> Any:
     """A TOOL span like openinference-langchain's: no ``tool.id``, the call id only inside the
     serialised ToolMessage in ``output.value``."""
-    message = {"type": "tool", "data": {"content": result, "tool_call_id": call.id}}
+    message = {"type": "tool", "data": {"content": result, "tool_call_id": call_id}}
     return tracer.start_as_current_span(
-        call.function.name,
+        name,
         attributes={
             "openinference.span.kind": "TOOL",
-            "tool.name": call.function.name,
+            "tool.name": name,
             "input.value": "Paris",
             "input.mime_type": "text/plain",
             "output.value": json.dumps(message),
@@ -172,7 +125,8 @@ def run_weather_agent(
             model="gpt-4o-mini", messages=messages, tools=TOOLS, temperature=0.2
         )
         call = first.choices[0].message.tool_calls[0]
-        with tool_span(tracer, call, json.dumps(TOOL_RESULT)):
+        arguments = call.function.arguments
+        with tool_span(tracer, call.function.name, call.id, arguments, json.dumps(TOOL_RESULT)):
             observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
         messages += [
             first.choices[0].message.model_dump(exclude_none=True),

@@ -1,6 +1,5 @@
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from agent_replay import ReplayPlan, replay, replayable_agent
 from agent_replay.model import StepDraft, StepKind, Trajectory
 from agent_replay.replay.policies import OpenAIChatPolicy, ScriptedPolicy
+from fake_openai import chat_completion, send_json, serving
 
 
 def parts(role, text):
@@ -84,35 +84,11 @@ class _ChatServer(BaseHTTPRequestHandler):
         type(self).requests.append((self.path, body))
         if type(self).fail_first:
             type(self).fail_first = False
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"error": {"message": "try again"}}')
+            send_json(self, {"error": {"message": "try again"}}, status=500)
             return
         last = body["messages"][-1]["content"]
-        payload = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {
-                        "role": "assistant",
-                        "content": f"[{body['model']}] re-said: {last[-20:]}",
-                    },
-                }
-            ],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-        }
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        message = {"role": "assistant", "content": f"[{body['model']}] re-said: {last[-20:]}"}
+        send_json(self, chat_completion(1, body["model"], message, "stop", (11, 7)))
 
     def log_message(self, *args):
         pass
@@ -122,12 +98,8 @@ class _ChatServer(BaseHTTPRequestHandler):
 def chat_server():
     _ChatServer.requests = []
     _ChatServer.fail_first = True
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(_ChatServer) as base_url:
+        yield base_url
 
 
 def test_openai_policy_with_the_real_client_and_its_retries(chat_server):
