@@ -72,8 +72,11 @@ def run_instrumented(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         {
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
-            # only the SDK: the auto-instrumentations installed here are not under test
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai",
+            # only the SDK: the auto-instrumentations installed here are not under test. The
+            # names are entry-point names, each shared by several installed packages (OTel's,
+            # OpenInference's and Traceloop's OpenAI, Anthropic and LangChain instrumentors),
+            # so these three keep all of them out of the app.
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai,anthropic,langchain",
             **env,
         }
     )
