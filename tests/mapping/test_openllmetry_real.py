@@ -7,7 +7,10 @@ Traceloop's ``opentelemetry-instrumentation-openai``, ``-anthropic`` and ``-lang
 and real LangChain runs (langchain-core 1.8.3, langgraph 1.2.24, langchain 1.5.2,
 langchain-openai 1.7.4) driven by the scripted model and tool of ``langchain_weather``. The
 spans are read the two ways users read them: ``attach`` into a SQLite store, and
-``from_otel_spans`` (or the OTLP import, when log records come with them). The traceloop-sdk
+``from_otel_spans`` (or the OTLP import, when log records come with them). The legacy
+flattened form is read from spans recorded from the real OpenAI instrumentation 0.54.0 in a
+scratch environment (``data/openllmetry/record.py``: 0.54 and 0.62 cannot be installed
+together), imported into a SQLite store and through ``from_otel_spans``. The traceloop-sdk
 decorators are not installed (the dialect's SDK entity spans are tested on hand-made spans).
 
 What 0.62.4 emits:
@@ -25,6 +28,13 @@ What 0.62.4 emits:
   ``gen_ai.choice``), losing the tool message's call id and the tool definitions, and writing a
   choice's ``tool_calls`` beside its ``message``. ``TRACELOOP_TRACE_CONTENT=false``: the same
   spans without any content key.
+* OpenAI 0.54.0, the last legacy release (same scope, version 0.54.0): ``llm.request.type``,
+  ``gen_ai.system``, ``gen_ai.prompt.N.{role,content,tool_call_id,tool_calls.K.*}``,
+  ``gen_ai.completion.N.{role,content,finish_reason,tool_calls.K.*}`` (the raw finish reason,
+  ``tool_calls``), ``llm.request.functions.N.{name,description,parameters}`` (the schema as
+  JSON text), ``llm.usage.total_tokens``, ``llm.is_streaming``, ``llm.headers``; no
+  ``gen_ai.operation.name``. ``TRACELOOP_TRACE_CONTENT=false`` drops the prompt, completion
+  and function keys.
 * Anthropic (scope ``opentelemetry.instrumentation.anthropic``): one ``anthropic.chat`` span
   per call; the ``system`` parameter as ``gen_ai.system_instructions``; content blocks as parts
   (``tool_use`` → ``tool_call``, ``tool_result`` → ``tool_call_response`` inside a ``user``
@@ -77,8 +87,8 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import StepKind, Trajectory
-from agent_replay.ingest import load_many
+from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay.ingest import import_into, load_many
 from agent_replay.interop import from_otel_spans
 from agent_replay.mapping.dialects.openllmetry import LANGCHAIN_SCOPE, NO_CONTENT
 from agent_replay.otel import attach
@@ -429,6 +439,91 @@ def test_openai_use_attributes_false_writes_log_records(db_path, provider, trace
     report = traj.metadata["capture"]
     assert report["replayable"] is True and report["notes"] == []
     assert report["log_records"] == 8
+
+
+# OpenLLMetry's legacy flattened form, recorded from the real 0.54.0 (data/openllmetry/record.py)
+RECORDED = Path(__file__).parent / "data" / "openllmetry"
+
+
+def recorded(mode: str, how: str, db_path: Path) -> Trajectory:
+    """The recording ``mode`` read ``how``: ``import`` (into a SQLite store) or ``spans``."""
+    path = RECORDED / f"{mode}.jsonl"
+    if how == "spans":
+        return from_otel_spans([json.loads(path.read_text())])
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, [path])
+        assert not result.errors and not result.warnings
+        (session_id,) = store.session_ids()
+        (verdict,) = store.verify(session_id)
+        assert verdict.ok
+        return store.load(session_id)
+
+
+@pytest.mark.parametrize("how", ["import", "spans"])
+def test_openai_0_54_legacy_flattened_spans_read_as_0_62_ones(
+    db_path, tmp_path, provider, traceloop, how
+):
+    request = json.loads((RECORDED / "legacy_0_54.jsonl").read_text())
+    (scope,) = [
+        s["scope"]
+        for r in request["resourceSpans"]
+        for s in r["scopeSpans"]
+        if "version" in s["scope"]
+    ]
+    assert scope == {"name": "opentelemetry.instrumentation.openai.v1", "version": "0.54.0"}
+    keys = {
+        a["key"]
+        for r in request["resourceSpans"]
+        for s in r["scopeSpans"]
+        for span in s["spans"]
+        for a in span["attributes"]
+    }
+    assert {
+        "llm.request.type",
+        "gen_ai.prompt.3.tool_call_id",
+        "llm.request.functions.0.parameters",
+    } <= keys
+    assert "gen_ai.input.messages" not in keys and "gen_ai.operation.name" in keys  # the app's
+
+    legacy = recorded("legacy_0_54", how, db_path)
+    # regression: the offered tool's parameters arrive as JSON text
+    assert_weather_trajectory(
+        legacy, llm_names=("openai.chat", "openai.chat"), tools=[TOOL_DEFINITION]
+    )
+    first = legacy.steps[0]
+    assert {s.agent for s in legacy.steps} == {"weather_agent"}
+    assert first.attributes["dialect"] == "openllmetry"
+    assert (first.attributes["model"], first.attributes["provider"]) == (SERVED_MODEL, "openai")
+    assert first.attributes["finish_reasons"] == ["tool_calls"]  # 0.62 writes "tool_call"
+
+    # the same weather run through 0.62.4 reads the same, call for call
+    traceloop(OpenAIInstrumentor())
+    current = captured(
+        "spans", tmp_path / "current.sqlite", provider, lambda: run_openai(provider[0])
+    )
+    for index in (0, 2):
+        assert legacy.steps[index].inputs == current.steps[index].inputs
+        assert legacy.steps[index].action == current.steps[index].action
+
+
+@pytest.mark.parametrize("how", ["import", "spans"])
+def test_openai_0_54_without_content_is_reported(db_path, how):
+    traj = recorded("legacy_0_54_no_content", how, db_path)
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "openai.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "openai.chat"),
+    ]
+    first, _, final = traj.steps
+    assert first.inputs is first.action is final.inputs is final.action is None
+    assert first.attributes["model"] == SERVED_MODEL
+    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6)
+    report = traj.metadata["capture"]
+    assert report["replayable"] is False and report["steps_without_content"] == [0, 2]
+    assert [n for n in report["notes"] if n.endswith(NO_CONTENT)] == [
+        f"step 0: {NO_CONTENT}",
+        f"step 2: {NO_CONTENT}",
+    ]
 
 
 # -- Anthropic ---------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """OpenLLMetry / Traceloop: the legacy flattened form, the SDK's entity spans, and what the
 current instrumentations add to the GenAI conventions.
 
-* Legacy (≤ 0.54, still the common form in the wild, also JetBrains Koog): one attribute per
-  message field, ``gen_ai.prompt.{i}.role|content|tool_call_id|tool_calls.{j}.id|name|arguments``
-  and ``gen_ai.completion.{i}.…`` (plus ``finish_reason``), ``llm.request.type`` for the kind
-  and ``llm.request.functions.{k}.name|description|parameters`` for the tools offered. The SDK's
-  attribute-count limit silently cuts long conversations, so gaps in the indices and dropped
-  attributes are reported as capture notes.
+* Legacy (≤ 0.54, still the common form in the wild, also JetBrains Koog; checked on spans
+  recorded from the real OpenAI instrumentation 0.54.0): one attribute per message field,
+  ``gen_ai.prompt.{i}.role|content|tool_call_id|tool_calls.{j}.id|name|arguments`` and
+  ``gen_ai.completion.{i}.…`` (plus ``finish_reason``), ``llm.request.type`` for the kind and
+  ``llm.request.functions.{k}.name|description|parameters`` (the schema as JSON text) for the
+  tools offered. The SDK's attribute-count limit silently cuts long conversations, so gaps in
+  the indices and dropped attributes are reported as capture notes.
 * Traceloop SDK decorators: ``traceloop.span.kind`` ∈ workflow | task | agent | tool, with
   ``traceloop.entity.name`` and ``traceloop.entity.input`` / ``.output`` (JSON
   ``{"args": [...], "kwargs": {...}}`` / the return value).
@@ -27,9 +28,10 @@ current instrumentations add to the GenAI conventions.
     content, and the call id is the tool run's ``kwargs.tool_call_id``. A chat model whose
     parameters name no model gets ``gen_ai.request.model = "unknown"``; LangChain's
     ``ls_model_name`` (``traceloop.association.properties.ls_model_name``) names it.
-  - Without content (``TRACELOOP_TRACE_CONTENT=false``, or ``use_attributes=False`` whose log
-    records were not imported with the spans) an llm or tool span of these instrumentations
-    gets a note naming the setting.
+
+* An llm or tool span of these instrumentations (either form) recorded without content
+  (``TRACELOOP_TRACE_CONTENT=false``, or ``use_attributes=False`` whose log records were not
+  imported with the spans) gets a note naming the setting.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ TRACELOOP_SCOPES = frozenset(
 )
 NO_CONTENT = (
     "OpenLLMetry recorded this step without its content: it writes none with "
-    "TRACELOOP_TRACE_CONTENT=false, and with use_attributes=False the model messages are log "
-    "records (import the logs file with the spans)"
+    "TRACELOOP_TRACE_CONTENT=false, and with use_attributes=False (before 0.55: "
+    "use_legacy_attributes=False) the model messages are log records (import the logs file "
+    "with the spans)"
 )
 _CONTENT_KEYS = {
     "chat": ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"),
@@ -107,7 +110,9 @@ def flattened_messages(attrs: Any) -> tuple[dict[int, dict], dict[int, dict], di
             continue
         match = _FUNCTION.match(key)
         if match:
-            functions.setdefault(int(match.group(1)), {})[match.group(2)] = value
+            field = match.group(2)  # the parameters' JSON schema arrives as JSON text
+            parsed = parse_json(value) if field == "parameters" else value
+            functions.setdefault(int(match.group(1)), {})[field] = parsed
     for messages in groups.values():
         for message in messages.values():
             calls = message.pop("_calls", None)
@@ -210,16 +215,19 @@ def _read_entity(span: NormalizedSpan, mapped: MappedSpan, kind: str) -> None:
     )
 
 
-def _read_current(span: NormalizedSpan, mapped: MappedSpan) -> None:
-    """What the current instrumentations add to their GenAI-convention spans."""
+def _read_instrumentation(span: NormalizedSpan, mapped: MappedSpan, flattened: bool) -> None:
+    """What only Traceloop's instrumentations tell (``flattened``: the span holds legacy
+    flattened messages)."""
     attrs = span.attributes
     model = attrs.get("traceloop.association.properties.ls_model_name")
     if attrs.get("gen_ai.request.model") == "unknown" and isinstance(model, str) and model:
         mapped.set_attr("model", model)
         read_content(span, mapped, model=model)
-    content_keys = _CONTENT_KEYS.get(str(attrs.get("gen_ai.operation.name")))
+    operation = attrs.get("gen_ai.operation.name", attrs.get("llm.request.type"))
+    content_keys = _CONTENT_KEYS.get(str(operation))
     if (
         content_keys is not None
+        and not flattened
         and not any(key in attrs for key in content_keys)
         and not span.logs
         and not any(event.name.startswith("gen_ai.") for event in span.events)
@@ -242,11 +250,11 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     entity_kind = attrs.get("traceloop.span.kind")
     request_type = attrs.get("llm.request.type")
-    current = span.scope_name in TRACELOOP_SCOPES
+    traceloop = span.scope_name in TRACELOOP_SCOPES
     if (
         entity_kind is None
         and request_type is None
-        and not current
+        and not traceloop
         and not any(k in attrs for k in _MARKERS)
     ):
         return False
@@ -254,7 +262,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if (
         entity_kind is None
         and request_type is None
-        and not current
+        and not traceloop
         and not prompts
         and not completions
     ):
@@ -262,8 +270,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
 
     if isinstance(entity_kind, str):
         _read_entity(span, mapped, entity_kind.lower())
-    if current:
-        _read_current(span, mapped)
+    if traceloop:
+        _read_instrumentation(span, mapped, bool(prompts or completions))
 
     if request_type is not None or prompts or completions:
         step_kind = _REQUEST_KINDS.get(str(request_type).lower(), StepKind.LLM)
