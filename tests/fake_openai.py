@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx2
+
+from weather_run import ANSWER, CALL
+
 
 def chat_completion(
     number: int, model: str, message: dict[str, Any], finish: str, usage: tuple[int, int]
@@ -50,3 +54,21 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def weather_api(model: str) -> httpx2.MockTransport:
+    """The OpenAI API of the weather run (``weather_run``), answering as ``model``: a
+    ``get_weather`` call (12 + 5 tokens) until the last message sent is the tool's, then the
+    answer (20 + 6)."""
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        sent = json.loads(request.content)
+        if sent["messages"][-1]["role"] == "tool":
+            message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
+            body = chat_completion(2, model, message, "stop", (20, 6))
+        else:
+            message = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+            body = chat_completion(1, model, message, "tool_calls", (12, 5))
+        return httpx2.Response(200, json=body)
+
+    return httpx2.MockTransport(handle)

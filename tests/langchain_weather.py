@@ -25,13 +25,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from weather_run import ANSWER, CALL
+from weather_run import ANSWER, CALL, SYSTEM
 
 #: the chat model's run name, which the tracers give its llm spans
 MODEL_RUN = "ScriptedChatModel"
-PROMPT = ChatPromptTemplate.from_messages(
-    [("system", "Be brief."), MessagesPlaceholder("messages")]
-)
+PROMPT = ChatPromptTemplate.from_messages([("system", SYSTEM), MessagesPlaceholder("messages")])
 
 
 class ScriptedChatModel(GenericFakeChatModel):

@@ -10,6 +10,7 @@ from typing import Any
 from agent_replay import StepKind
 from agent_replay.model import Trajectory
 
+SYSTEM = "Be brief."
 QUESTION = "Weather in Paris?"
 ANSWER = "It is rainy in Paris."
 CALL = {
@@ -45,11 +46,13 @@ def assert_weather_trajectory(
     llm_names: tuple[str, str] = ("plan", "answer"),
     model: str = "gpt-4o",
     tools: list[dict[str, Any]] | None = None,
+    system_apart: bool = False,
 ) -> None:
     """plan (llm) -> get_weather (tool, linked to its call) -> answer (llm), in time order, with
     the normalised messages, the model, the tools offered (``tools``: both llm steps were
     offered these definitions), the tool-call output, token counts and a clean capture
-    report."""
+    report. ``system_apart``: the instrumentation records the system prompt as system
+    instructions (``inputs["system"]``), not as the first message."""
     assert [(s.kind, s.name) for s in traj.steps] == [
         (StepKind.LLM, llm_names[0]),
         (StepKind.TOOL, "get_weather"),
@@ -59,8 +62,11 @@ def assert_weather_trajectory(
     assert first.started_ns <= tool.started_ns <= final.started_ns
 
     offered = {"tools": tools} if tools is not None else {}
+    system = [text("system", SYSTEM)]
+    if system_apart:
+        offered["system"], system = system[0]["parts"], []
     assert first.inputs == {
-        "messages": [text("system", "Be brief."), text("user", QUESTION)],
+        "messages": [*system, text("user", QUESTION)],
         "model": model,
         **offered,
     }
@@ -71,7 +77,9 @@ def assert_weather_trajectory(
     assert tool.action == "rainy in Paris"
     assert tool.attributes["requested_by"] == 0 and tool.attributes["tool_call_id"] == "c1"
 
-    assert [m["role"] for m in final.inputs["messages"]] == ["system", "user", "assistant", "tool"]
+    roles = [m["role"] for m in final.inputs["messages"]]
+    assert roles == [*(m["role"] for m in system), "user", "assistant", "tool"]
+    assert final.inputs.get("system") == offered.get("system")
     assert final.inputs["messages"][-1]["parts"] == [
         {"type": "tool_call_response", "response": "rainy in Paris", "id": "c1"}
     ]

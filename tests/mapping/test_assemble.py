@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 from agent_replay.mapping.assemble import assemble
@@ -238,6 +239,35 @@ def test_a_retried_attempt_inside_an_llm_step_is_no_failure_of_the_call():
     failed[1] = span(2, "llm", 1, _status=2, **{"openinference.span.kind": "LLM"})
     (traj,) = assemble(failed)  # the call itself failed: its own status says so
     assert traj.steps[0].error is not None
+
+
+def test_an_llm_span_beside_an_llm_step_is_the_same_call_only_when_it_says_so():
+    """An llm span under the same parent, within an llm step's time, with the same response
+    id (or, lacking ids, the same output) is that call recorded twice; parallel and
+    sequential calls are not."""
+
+    def timed(s, start, end, **extra):
+        attributes = {**s.attributes, **extra}
+        return dataclasses.replace(s, start_ns=start, end_ns=end, attributes=attributes)
+
+    answer = [call("c1", "search", {"q": 1})]
+    other = [call("c2", "search", {"q": 2})]
+    outer = timed(chat(2, 1, [USER], answer), 20, 60, **{"gen_ai.response.id": "r1"})
+    same = timed(chat(3, 1, [USER], answer), 30, 50, **{"gen_ai.response.id": "r1"})
+    (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, same])
+    assert [s.span_id for s in traj.steps] == [outer.span_id]
+
+    no_ids = timed(chat(3, 1, [USER], answer), 30, 50)
+    (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, no_ids])
+    assert [s.span_id for s in traj.steps] == [outer.span_id]  # matched by the output
+
+    for beside in (
+        timed(chat(3, 1, [USER], answer), 30, 50, **{"gen_ai.response.id": "r2"}),  # parallel
+        timed(chat(3, 1, [USER], other), 30, 50),  # parallel, another answer
+        timed(chat(3, 1, [USER], answer), 61, 80),  # the same answer, asked again later
+    ):
+        (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, beside])
+        assert [s.span_id for s in traj.steps] == [outer.span_id, beside.span_id]
 
 
 def test_the_task_is_the_first_prompt_when_the_root_has_no_input():

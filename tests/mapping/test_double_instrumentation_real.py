@@ -16,7 +16,6 @@ beside it, holding the same call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,9 +31,9 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from agent_replay import CheckpointStore, StepKind, Trajectory
 from agent_replay.ingest import load
 from agent_replay.otel import attach
-from fake_openai import chat_completion
+from fake_openai import weather_api
 from langchain_weather import get_weather
-from weather_run import ANSWER, CALL, CALL_PART, QUESTION, text
+from weather_run import ANSWER, CALL_PART, QUESTION, text
 
 SERVED_MODEL = "gpt-4o-2024-08-06"
 TOOL_DEFINITION = {"type": "function", **convert_to_openai_tool(get_weather)["function"]}
@@ -42,22 +41,11 @@ TOOL_DEFINITION = {"type": "function", **convert_to_openai_tool(get_weather)["fu
 
 def chat_model() -> ChatOpenAI:
     """ChatOpenAI on a fake server: a ``get_weather`` call first, then the answer."""
-
-    def handle(request: httpx2.Request) -> httpx2.Response:
-        sent = json.loads(request.content)
-        if sent["messages"][-1]["role"] == "tool":
-            message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
-            body = chat_completion(2, SERVED_MODEL, message, "stop", (20, 6))
-        else:
-            message = {"role": "assistant", "content": None, "tool_calls": [CALL]}
-            body = chat_completion(1, SERVED_MODEL, message, "tool_calls", (12, 5))
-        return httpx2.Response(200, json=body)
-
     return ChatOpenAI(
         model="gpt-4o",
         api_key="sk-test",
         base_url="http://127.0.0.1:9/v1",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handle)),
+        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
         max_retries=0,
     )
 

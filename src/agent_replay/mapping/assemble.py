@@ -12,7 +12,11 @@ inside a step as opaque ``span`` steps. Unrecognised spans *inside* a step (HTTP
 chat span) are details of that step, and unrecognised spans *around* steps are containers;
 neither becomes a step. An llm span inside an llm step is the same model call recorded twice
 (Google ADK's ``call_llm`` around its ``generate_content`` span): the outer step takes what only
-the inner one recorded (content, usage) and the inner one is no step of its own.
+the inner one recorded (content, usage) and the inner one is no step of its own. So is an llm
+span *beside* an llm step, under the same parent and within its time, that recorded the same
+call (the same response id, or, when either has none, the same output): Traceloop's LangChain
+instrumentation does not make a chat model's span current, so an OpenAI instrumentation of
+another vendor writes its span of that call next to it.
 
 Tool results are linked to the llm step that requested them: by tool-call id when both sides
 have one (ids may be arrays; any element matches), else by tool name to the oldest unanswered
@@ -144,6 +148,7 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
                 )
         return has_genai_below[root]
 
+    twins = _sibling_twins(children.values())
     ordered: list[tuple[MappedSpan, str | None, str | None]] = []
     visited: set[tuple[str, str]] = set()
     # each entry: span, acting agent, plan, and the innermost step span it is inside (if any)
@@ -168,6 +173,8 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
             agent = m.agent or m.name or agent
         if step is not None and _same_llm_call(step, m):
             _fold(step, m)
+        elif ident in twins:
+            _fold(twins[ident], m)
         elif (
             m.role == Role.STEP
             or (m.role in (Role.AGENT, Role.PLAN) and not genai_below(m))
@@ -188,6 +195,40 @@ def _same_llm_call(step: MappedSpan, m: MappedSpan) -> bool:
     twice (Google ADK's ``call_llm`` around its ``generate_content`` span, a framework's llm
     span around the provider instrumentation's)."""
     return step.kind is StepKind.LLM and m.role == Role.STEP and m.kind is StepKind.LLM
+
+
+def _sibling_twins(
+    groups: Iterable[list[MappedSpan]],
+) -> dict[tuple[str, str], MappedSpan]:
+    """For each llm span that recorded the same call as an llm step beside it (same parent,
+    within its time; see :func:`_same_output`), that step. Siblings come sorted by start, and
+    only the llm steps still running are compared, so sequential calls cost nothing."""
+    twins: dict[tuple[str, str], MappedSpan] = {}
+    for siblings in groups:
+        llm = [m for m in siblings if m.role == Role.STEP and m.kind is StepKind.LLM]
+        if len(llm) < 2:
+            continue
+        running: list[MappedSpan] = []
+        for m in sorted(llm, key=lambda m: (m.span.start_ns, -m.span.end_ns)):
+            running = [s for s in running if s.span.end_ns >= m.span.start_ns]
+            twin = next(
+                (s for s in running if m.span.end_ns <= s.span.end_ns and _same_output(s, m)),
+                None,
+            )
+            if twin is None:
+                running.append(m)
+            else:
+                twins[(m.span.trace_id, m.span.span_id)] = twin
+    return twins
+
+
+def _same_output(a: MappedSpan, b: MappedSpan) -> bool:
+    """Whether two llm spans recorded the same call: the same response id when both have one,
+    else the same (normalised) output."""
+    first, second = a.attributes.get("response_id"), b.attributes.get("response_id")
+    if first is not None and second is not None:
+        return bool(first == second)
+    return a.has_output and b.has_output and a.action == b.action
 
 
 def _fold(step: MappedSpan, inner: MappedSpan) -> None:

@@ -26,7 +26,7 @@ raises: input it cannot read yields ``None`` (or the value kept as a text part).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "tool_message",
     "tool_responses",
     "tool_result",
+    "with_normalized_messages",
 ]
 
 _ROLE_ALIASES = {
@@ -275,7 +276,11 @@ def normalize_message(data: Any, default_role: str = "user") -> dict[str, Any] |
         return {"role": "assistant", "parts": [{"type": "reasoning", "content": summary}]}
     if "message" in data and isinstance(data["message"], dict) and "role" not in data:
         # a chat completion choice / gen_ai.choice body: {index, finish_reason, message}
-        return normalize_message(data["message"], "assistant")
+        message = data["message"]
+        if data.get("tool_calls") and not message.get("tool_calls"):
+            # OpenLLMetry's choice event puts the calls beside the message, not in it
+            message = {**message, "tool_calls": data["tool_calls"]}
+        return normalize_message(message, "assistant")
     role = _role(data.get("role"), default_role)
     if isinstance(data.get("parts"), list):
         parts = normalize_parts(data["parts"])
@@ -407,6 +412,18 @@ def normalize_messages(value: Any, *, default_role: str = "user") -> list[dict[s
         return messages
     except RecursionError:
         return None
+
+
+def with_normalized_messages(value: Any) -> Any:
+    """A run's state (a LangGraph state, a chain's input) with its ``messages`` list in the
+    parts shape when every item is a message; any other value unchanged. LangChain serialises
+    messages with per-run ids, which would make every run's task differ."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("messages"), list):
+        return value
+    messages = normalize_messages(value["messages"])
+    if not messages or len(messages) != len(value["messages"]):
+        return value
+    return {**value, "messages": messages}
 
 
 def normalize_system(value: Any) -> list[dict[str, Any]] | None:

@@ -229,6 +229,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         if not mapped.tool_call_ids:
             mapped.tool_call_ids = _ids(attrs.get(g.GEN_AI_TOOL_CALL_ID))
         mapped.set_attr("tool_type", attrs.get(g.GEN_AI_TOOL_TYPE))
+        mapped.set_attr("tool_description", attrs.get(g.GEN_AI_TOOL_DESCRIPTION) or None)
         # generic input.value / output.value (Koog, MLflow-style) when the opt-in keys are absent
         arguments = attrs.get(g.GEN_AI_TOOL_CALL_ARGUMENTS, attrs.get("input.value"))
         result = attrs.get(g.GEN_AI_TOOL_CALL_RESULT, attrs.get("output.value"))
@@ -287,8 +288,16 @@ def _usage(attrs: dict[str, Any], mapped: MappedSpan) -> None:
         mapped.set_attr("parameters", params)
 
 
-def _read_messages(span: NormalizedSpan, attrs: dict[str, Any], mapped: MappedSpan) -> None:
-    model = attrs.get(g.GEN_AI_REQUEST_MODEL)
+def read_content(span: NormalizedSpan, mapped: MappedSpan, *, model: str) -> None:
+    """An llm span's content, in every form this dialect reads, for a dialect with precedence
+    that knows the ``model`` better than ``gen_ai.request.model`` says."""
+    _read_messages(span, _attributes(span), mapped, model=model)
+
+
+def _read_messages(
+    span: NormalizedSpan, attrs: dict[str, Any], mapped: MappedSpan, model: Any = None
+) -> None:
+    model = model or attrs.get(g.GEN_AI_REQUEST_MODEL)
     tools = attrs.get(g.GEN_AI_TOOL_DEFINITIONS)
     system = attrs.get(g.GEN_AI_SYSTEM_INSTRUCTIONS)
     reasons = attrs.get(g.GEN_AI_RESPONSE_FINISH_REASONS)

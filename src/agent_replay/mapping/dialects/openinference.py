@@ -48,7 +48,7 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import normalize_messages, tool_message
+from ..messages import tool_message, with_normalized_messages
 
 SPAN_KIND = "openinference.span.kind"
 INPUT_VALUE = "input.value"
@@ -480,20 +480,10 @@ def _fallback_content(span: NormalizedSpan, mapped: MappedSpan, *, state: bool =
     attrs = span.attributes
     if INPUT_VALUE in attrs:
         value = _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)
-        mapped.set_inputs(_with_messages(value) if state else value)
+        mapped.set_inputs(with_normalized_messages(value) if state else value)
     if OUTPUT_VALUE in attrs:
         value = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE)
-        mapped.set_output(_with_messages(value) if state else value)
-
-
-def _with_messages(value: Any) -> Any:
-    """``value`` with its ``messages`` list normalised when every item is a message."""
-    if not isinstance(value, Mapping) or not isinstance(value.get("messages"), list):
-        return value
-    messages = normalize_messages(value["messages"])
-    if not messages or len(messages) != len(value["messages"]):
-        return value
-    return {**value, "messages": messages}
+        mapped.set_output(with_normalized_messages(value) if state else value)
 
 
 # -- flattened attributes -----------------------------------------------------------------------

@@ -1,16 +1,37 @@
-"""OpenLLMetry / Traceloop: the legacy flattened form and the SDK's entity spans.
+"""OpenLLMetry / Traceloop: the legacy flattened form, the SDK's entity spans, and what the
+current instrumentations add to the GenAI conventions.
 
-* Legacy (≤ 0.54, still the common form in the wild, also JetBrains Koog): one attribute per
-  message field, ``gen_ai.prompt.{i}.role|content|tool_call_id|tool_calls.{j}.id|name|arguments``
-  and ``gen_ai.completion.{i}.…`` (plus ``finish_reason``), ``llm.request.type`` for the kind
-  and ``llm.request.functions.{k}.name|description|parameters`` for the tools offered. The SDK's
-  attribute-count limit silently cuts long conversations, so gaps in the indices and dropped
-  attributes are reported as capture notes.
+* Legacy (≤ 0.54, still the common form in the wild, also JetBrains Koog; checked on spans
+  recorded from the real OpenAI instrumentation 0.54.0): one attribute per message field,
+  ``gen_ai.prompt.{i}.role|content|tool_call_id|tool_calls.{j}.id|name|arguments`` and
+  ``gen_ai.completion.{i}.…`` (plus ``finish_reason``), ``llm.request.type`` for the kind and
+  ``llm.request.functions.{k}.name|description|parameters`` (the schema as JSON text) for the
+  tools offered. The SDK's attribute-count limit silently cuts long conversations, so gaps in
+  the indices and dropped attributes are reported as capture notes.
 * Traceloop SDK decorators: ``traceloop.span.kind`` ∈ workflow | task | agent | tool, with
   ``traceloop.entity.name`` and ``traceloop.entity.input`` / ``.output`` (JSON
   ``{"args": [...], "kwargs": {...}}`` / the return value).
-* The current form (≥ 0.55) writes ``gen_ai.input.messages`` etc. and is read by the GenAI
-  dialect; this one only adds what the flattened keys hold.
+* The current form (≥ 0.55; checked on the OpenAI, Anthropic and LangChain instrumentations
+  0.62.4) writes no flattened keys: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` /
+  ``gen_ai.system_instructions`` / ``gen_ai.tool.definitions`` as OTel parts JSON, read by the
+  GenAI dialect (so is the ``use_attributes=False`` form: 1.28-style log events). This one adds:
+
+  - LangChain (scope ``opentelemetry.instrumentation.langchain``): one span per run. A run
+    without a parent, ``{name}.workflow``, also says ``gen_ai.operation.name=invoke_agent`` and
+    ``gen_ai.agent.name``: it names the acting agent. Nested chain runs (``execute_task
+    {name}``, ``traceloop.span.kind=task``: sequences, prompt templates, parsers, graph nodes)
+    are workflows, retriever runs (``vector_db_retrieve {name}``) retrieval steps, tool runs
+    (``execute_tool {name}``) tool steps. Their ``traceloop.entity.input`` / ``.output``
+    (copied to ``gen_ai.tool.call.arguments`` / ``.result``) hold the callback's arguments:
+    ``{"inputs" | "input_str" | "query", "tags", "metadata", "kwargs"}`` and ``{"outputs" |
+    "output", "kwargs"}``; the run's own value is taken out, a tool's ``ToolMessage`` gives its
+    content, and the call id is the tool run's ``kwargs.tool_call_id``. A chat model whose
+    parameters name no model gets ``gen_ai.request.model = "unknown"``; LangChain's
+    ``ls_model_name`` (``traceloop.association.properties.ls_model_name``) names it.
+
+* An llm or tool span of these instrumentations (either form) recorded without content
+  (``TRACELOOP_TRACE_CONTENT=false``, or ``use_attributes=False`` whose log records were not
+  imported with the spans) gets a note naming the setting.
 """
 
 from __future__ import annotations
@@ -20,7 +41,35 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import finish_reasons
+from ..messages import finish_reasons, tool_message, tool_result, with_normalized_messages
+from .genai import read_content
+
+LANGCHAIN_SCOPE = "opentelemetry.instrumentation.langchain"
+#: tracer scopes of the Traceloop instrumentations checked on real spans (0.62.4); OTel's own
+#: GenAI instrumentations use other names (``opentelemetry.instrumentation.genai.openai``, ...)
+TRACELOOP_SCOPES = frozenset(
+    {
+        "opentelemetry.instrumentation.openai.v1",
+        "opentelemetry.instrumentation.anthropic",
+        LANGCHAIN_SCOPE,
+    }
+)
+NO_CONTENT = (
+    "OpenLLMetry recorded this step without its content: it writes none with "
+    "TRACELOOP_TRACE_CONTENT=false, and with use_attributes=False (before 0.55: "
+    "use_legacy_attributes=False) the model messages are log records (import the logs file "
+    "with the spans)"
+)
+_CONTENT_KEYS = {
+    "chat": ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"),
+    "text_completion": ("gen_ai.input.messages", "gen_ai.output.messages"),
+    "execute_tool": ("traceloop.entity.input", "traceloop.entity.output"),
+}
+#: the keys of the LangChain callback arguments Traceloop records as a run's input / output
+_CALLBACK_KEYS = frozenset(
+    {"inputs", "input_str", "query", "outputs", "output", "tags", "metadata", "kwargs"}
+)
+_RUN_VALUE_KEYS = ("inputs", "outputs", "output", "query", "input_str")
 
 _FLAT = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.(.+)$")
 _FUNCTION = re.compile(r"^llm\.request\.functions\.(\d+)\.(.+)$")
@@ -61,7 +110,9 @@ def flattened_messages(attrs: Any) -> tuple[dict[int, dict], dict[int, dict], di
             continue
         match = _FUNCTION.match(key)
         if match:
-            functions.setdefault(int(match.group(1)), {})[match.group(2)] = value
+            field = match.group(2)  # the parameters' JSON schema arrives as JSON text
+            parsed = parse_json(value) if field == "parameters" else value
+            functions.setdefault(int(match.group(1)), {})[field] = parsed
     for messages in groups.values():
         for message in messages.values():
             calls = message.pop("_calls", None)
@@ -85,6 +136,105 @@ def _entity_arguments(value: Any) -> Any:
     return value
 
 
+def _callback(value: Any) -> tuple[Any, dict[str, Any]]:
+    """``(the run's own value, the callback's kwargs)`` from what Traceloop's LangChain
+    instrumentation records as a run's input or output (see the module doc); a value that is
+    not such a record is returned as it is."""
+    value = parse_json(value)
+    if isinstance(value, dict) and set(value) <= _CALLBACK_KEYS and "kwargs" in value:
+        kwargs = value["kwargs"] if isinstance(value["kwargs"], dict) else {}
+        for key in _RUN_VALUE_KEYS:
+            if value.get(key) is not None:
+                return value[key], kwargs
+        return None, kwargs
+    if isinstance(value, dict) and set(value) == {"documents", "count"}:  # a retriever's output
+        return value["documents"], {}
+    return value, {}
+
+
+def _read_langchain_entity(kind: str, attrs: Any, mapped: MappedSpan) -> None:
+    """Inputs, output and tool-call id of a LangChain run's span (``kind`` as Traceloop says)."""
+    inputs, input_kwargs = _callback(attrs.get("traceloop.entity.input"))
+    output, _ = _callback(attrs.get("traceloop.entity.output"))
+    if kind == "tool":
+        fields = tool_message(output)
+        call = input_kwargs.get("tool_call_id") or (fields or {}).get("tool_call_id")
+        if call and not mapped.tool_call_ids:
+            mapped.tool_call_ids = [str(call)]
+        if inputs is not None:
+            mapped.set_inputs({"arguments": inputs})
+        if output is not None:
+            mapped.set_output(tool_result(output))
+    elif kind == "retriever":
+        if inputs is not None:
+            mapped.set_inputs({"query": inputs})
+        mapped.set_output(output)
+    else:
+        if inputs is not None:
+            mapped.set_inputs(with_normalized_messages(inputs))
+        if output is not None:
+            mapped.set_output(with_normalized_messages(output))
+
+
+def _read_entity(span: NormalizedSpan, mapped: MappedSpan, kind: str) -> None:
+    """A span of the Traceloop SDK's decorators or of its LangChain instrumentation."""
+    attrs = span.attributes
+    entity = attrs.get("traceloop.entity.name")
+    operation = attrs.get("gen_ai.operation.name")
+    if kind == "workflow" and operation == "invoke_agent":
+        kind = "agent"  # LangChain's outermost run: the instrumentation calls it the agent
+    elif kind == "task" and operation == "vector_db_retrieve":
+        kind = "retriever"  # LangChain's retriever runs
+    if kind == "workflow" and mapped.role == Role.OTHER:
+        mapped.role = Role.WORKFLOW
+        mapped.name = mapped.name or str(
+            attrs.get("traceloop.workflow.name") or entity or span.name
+        )
+    elif kind == "agent" and mapped.role == Role.OTHER:
+        mapped.role, mapped.kind = Role.AGENT, StepKind.AGENT
+        mapped.agent = mapped.agent or (str(entity) if entity else None)
+        mapped.name = mapped.name or str(entity or span.name)
+    elif kind == "tool":
+        mapped.set_step(StepKind.TOOL, str(entity or attrs.get("gen_ai.tool.name") or span.name))
+    elif kind == "retriever":
+        mapped.set_step(StepKind.RETRIEVAL, str(entity or span.name))
+    elif kind == "task" and mapped.role == Role.OTHER:
+        mapped.role = Role.WORKFLOW  # a unit of work around steps, not a step of its own
+        mapped.name = mapped.name or str(entity or span.name)
+    if span.scope_name == LANGCHAIN_SCOPE:
+        _read_langchain_entity(kind, attrs, mapped)
+    else:
+        if "traceloop.entity.input" in attrs:
+            arguments = _entity_arguments(attrs["traceloop.entity.input"])
+            mapped.set_inputs({"arguments": arguments} if kind == "tool" else arguments)
+        if "traceloop.entity.output" in attrs:
+            mapped.set_output(parse_json(attrs["traceloop.entity.output"]))
+    mapped.set_conversation(
+        attrs.get("traceloop.association.properties.session_id")
+        or attrs.get("traceloop.association.properties.thread_id")
+    )
+
+
+def _read_instrumentation(span: NormalizedSpan, mapped: MappedSpan, flattened: bool) -> None:
+    """What only Traceloop's instrumentations tell (``flattened``: the span holds legacy
+    flattened messages)."""
+    attrs = span.attributes
+    model = attrs.get("traceloop.association.properties.ls_model_name")
+    if attrs.get("gen_ai.request.model") == "unknown" and isinstance(model, str) and model:
+        mapped.set_attr("model", model)
+        read_content(span, mapped, model=model)
+    operation = attrs.get("gen_ai.operation.name", attrs.get("llm.request.type"))
+    content_keys = _CONTENT_KEYS.get(str(operation))
+    if (
+        content_keys is not None
+        and not flattened
+        and not any(key in attrs for key in content_keys)
+        and not span.logs
+        and not any(event.name.startswith("gen_ai.") for event in span.events)
+    ):
+        mapped.notes.append(NO_CONTENT)
+
+
 # Cheap membership tests before any scan of all keys: truncation at the attribute-count limit
 # drops the *last* attributes set, so index 0 survives whenever anything does.
 _MARKERS = (
@@ -100,37 +250,28 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     entity_kind = attrs.get("traceloop.span.kind")
     request_type = attrs.get("llm.request.type")
-    if entity_kind is None and request_type is None and not any(k in attrs for k in _MARKERS):
+    traceloop = span.scope_name in TRACELOOP_SCOPES
+    if (
+        entity_kind is None
+        and request_type is None
+        and not traceloop
+        and not any(k in attrs for k in _MARKERS)
+    ):
         return False
     prompts, completions, functions = flattened_messages(attrs)
-    if entity_kind is None and request_type is None and not prompts and not completions:
+    if (
+        entity_kind is None
+        and request_type is None
+        and not traceloop
+        and not prompts
+        and not completions
+    ):
         return False
 
-    entity = attrs.get("traceloop.entity.name")
     if isinstance(entity_kind, str):
-        kind = entity_kind.lower()
-        if kind == "workflow" and mapped.role == Role.OTHER:
-            mapped.role = Role.WORKFLOW
-            mapped.name = mapped.name or str(
-                attrs.get("traceloop.workflow.name") or entity or span.name
-            )
-        elif kind == "agent" and mapped.role == Role.OTHER:
-            mapped.role, mapped.kind = Role.AGENT, StepKind.AGENT
-            mapped.agent = mapped.agent or (str(entity) if entity else None)
-            mapped.name = mapped.name or str(entity or span.name)
-        elif kind == "tool":
-            mapped.set_step(
-                StepKind.TOOL, str(entity or attrs.get("gen_ai.tool.name") or span.name)
-            )
-        if "traceloop.entity.input" in attrs:
-            arguments = _entity_arguments(attrs["traceloop.entity.input"])
-            mapped.set_inputs({"arguments": arguments} if kind == "tool" else arguments)
-        if "traceloop.entity.output" in attrs:
-            mapped.set_output(parse_json(attrs["traceloop.entity.output"]))
-        mapped.set_conversation(
-            attrs.get("traceloop.association.properties.session_id")
-            or attrs.get("traceloop.association.properties.thread_id")
-        )
+        _read_entity(span, mapped, entity_kind.lower())
+    if traceloop:
+        _read_instrumentation(span, mapped, bool(prompts or completions))
 
     if request_type is not None or prompts or completions:
         step_kind = _REQUEST_KINDS.get(str(request_type).lower(), StepKind.LLM)

@@ -1,0 +1,760 @@
+"""The ``openllmetry`` dialect (with the GenAI dialect it leans on) on the spans Traceloop's real
+OpenLLMetry instrumentations emit, offline.
+
+Traceloop's ``opentelemetry-instrumentation-openai``, ``-anthropic`` and ``-langchain`` 0.62.4
+(``opentelemetry-semantic-conventions-ai`` 0.5.1) instrument the real ``openai`` 3.57 and
+``anthropic`` 2.14 clients, whose HTTP transport is an ``httpx2.MockTransport`` (both use httpx2),
+and real LangChain runs (langchain-core 1.8.3, langgraph 1.2.24, langchain 1.5.2,
+langchain-openai 1.7.4) driven by the scripted model and tool of ``langchain_weather``. The
+spans are read the two ways users read them: ``attach`` into a SQLite store, and
+``from_otel_spans`` (or the OTLP import, when log records come with them). The legacy
+flattened form is read from spans recorded from the real OpenAI instrumentation 0.54.0 in a
+scratch environment (``data/openllmetry/record.py``: 0.54 and 0.62 cannot be installed
+together), imported into a SQLite store and through ``from_otel_spans``. The traceloop-sdk
+decorators are not installed (the dialect's SDK entity spans are tested on hand-made spans).
+
+What 0.62.4 emits:
+
+* OpenAI (scope ``opentelemetry.instrumentation.openai.v1``): one ``openai.chat`` span (CLIENT)
+  per call with ``gen_ai.operation.name=chat``, ``gen_ai.provider.name=openai``, the request
+  model and parameters, ``gen_ai.is_streaming``, ``gen_ai.openai.api_base``, the response
+  model and id, ``gen_ai.response.finish_reasons`` normalised (``tool_call``, ``stop``) and
+  ``gen_ai.usage.{input,output,total}_tokens``. Content is on by default
+  (``TRACELOOP_TRACE_CONTENT`` unset means ``true``): ``gen_ai.input.messages`` /
+  ``gen_ai.output.messages`` / ``gen_ai.tool.definitions`` as OTel parts JSON, the system
+  message kept as a message. There are no flattened ``gen_ai.prompt.N.*`` keys and no
+  ``llm.request.type`` any more (that form ended with 0.54). ``use_attributes=False`` moves the
+  messages to 1.28-style log records (``gen_ai.{system,user,assistant,tool}.message``,
+  ``gen_ai.choice``), losing the tool message's call id and the tool definitions, and writing a
+  choice's ``tool_calls`` beside its ``message``. ``TRACELOOP_TRACE_CONTENT=false``: the same
+  spans without any content key.
+* OpenAI 0.54.0, the last legacy release (same scope, version 0.54.0): ``llm.request.type``,
+  ``gen_ai.system``, ``gen_ai.prompt.N.{role,content,tool_call_id,tool_calls.K.*}``,
+  ``gen_ai.completion.N.{role,content,finish_reason,tool_calls.K.*}`` (the raw finish reason,
+  ``tool_calls``), ``llm.request.functions.N.{name,description,parameters}`` (the schema as
+  JSON text), ``llm.usage.total_tokens``, ``llm.is_streaming``, ``llm.headers``; no
+  ``gen_ai.operation.name``. ``TRACELOOP_TRACE_CONTENT=false`` drops the prompt, completion
+  and function keys.
+* Anthropic (scope ``opentelemetry.instrumentation.anthropic``): one ``anthropic.chat`` span
+  per call; the ``system`` parameter as ``gen_ai.system_instructions``; content blocks as parts
+  (``tool_use`` → ``tool_call``, ``tool_result`` → ``tool_call_response`` inside a ``user``
+  message, ids kept); ``gen_ai.tool.definitions`` in Anthropic's shape (``input_schema``).
+* LangChain (scope ``opentelemetry.instrumentation.langchain``): one span per run. The run
+  without a parent is ``{name}.workflow`` (``traceloop.span.kind=workflow`` and
+  ``gen_ai.operation.name=invoke_agent`` with ``gen_ai.agent.name``); nested chains are
+  ``execute_task {name}`` (``task``: sequences, prompt templates, parsers, graph nodes); a chat
+  model is ``{class}.chat`` (CLIENT) with its content in ``gen_ai.*`` (the system message as
+  ``gen_ai.system_instructions``), LangChain's ``ls_*`` metadata as
+  ``traceloop.association.properties.*`` and ``gen_ai.request.model = "unknown"`` when the
+  model's parameters name none; a tool is ``execute_tool {name}`` whose
+  ``traceloop.entity.input`` (also ``gen_ai.tool.call.arguments``) is the callback's arguments
+  ``{"input_str", "tags", "metadata", "inputs", "kwargs": {..., "tool_call_id"}}`` and whose
+  output is ``{"output": <ToolMessage>, "kwargs"}``, with no ``gen_ai.tool.call.id``; a
+  retriever is ``vector_db_retrieve {name}``. LangGraph adds an outer ``invoke_agent {name}``
+  span carrying the ``thread_id`` as ``gen_ai.conversation.id``. A chat model's span is not
+  made current: the instrumentation sets LangChain's suppression key instead, so Traceloop's
+  OpenAI instrumentor writes no span for a ``ChatOpenAI`` call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from langchain.agents import create_agent
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.messages import HumanMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_openai import ChatOpenAI
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.instrumentation import langchain as langchain_instrumentation
+from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+from opentelemetry.instrumentation.openai import v1 as openai_v1
+from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_replay import CheckpointStore, StepKind, Trajectory
+from agent_replay.ingest import import_into, load_many
+from agent_replay.interop import from_otel_spans
+from agent_replay.mapping.dialects.openllmetry import LANGCHAIN_SCOPE, NO_CONTENT
+from agent_replay.otel import attach
+from fake_openai import weather_api
+from langchain_weather import get_weather, scripted_model, weather_agent
+from stored import stored_trajectory
+from weather_run import (
+    ANSWER,
+    CALL_PART,
+    QUESTION,
+    SYSTEM,
+    TOOL,
+    TOOL_DEFINITION,
+    assert_weather_trajectory,
+    text,
+)
+
+SERVED_MODEL = "gpt-4o-2024-08-06"
+CLAUDE = "claude-sonnet-4-6"
+TOOL_USE_ID = "toolu_01"
+RESULT = "rainy in Paris"
+USER = text("user", QUESTION)
+SYSTEM_PARTS = [{"type": "text", "content": SYSTEM}]
+Provider = tuple[TracerProvider, InMemorySpanExporter]
+
+
+# -- the apps ----------------------------------------------------------------------------------
+
+
+def openai_client() -> openai.OpenAI:
+    return openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
+        max_retries=0,
+    )
+
+
+def anthropic_api(request: httpx2.Request) -> httpx2.Response:
+    """The Messages API of the weather run: a ``tool_use`` block first, then the answer."""
+    sent = json.loads(request.content)
+    content = sent["messages"][-1]["content"]
+    if isinstance(content, list) and content[-1]["type"] == "tool_result":
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": ANSWER}]
+        stop, usage = "end_turn", {"input_tokens": 20, "output_tokens": 6}
+    else:
+        blocks = [
+            {"type": "text", "text": "Let me check."},
+            {
+                "type": "tool_use",
+                "id": TOOL_USE_ID,
+                "name": "get_weather",
+                "input": {"city": "Paris"},
+            },
+        ]
+        stop, usage = "tool_use", {"input_tokens": 12, "output_tokens": 5}
+    body = {
+        "id": f"msg_{len(sent['messages'])}",
+        "type": "message",
+        "role": "assistant",
+        "model": f"{CLAUDE}-20260101",
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    return httpx2.Response(200, json=body)
+
+
+def anthropic_client() -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        api_key="sk-ant-test",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(anthropic_api)),
+        max_retries=0,
+    )
+
+
+def agent_span(tracer: trace.Tracer) -> Any:
+    """The app's own agent span (OpenLLMetry's SDK would make one; it is not installed)."""
+    return tracer.start_as_current_span(
+        "invoke_agent weather_agent",
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"},
+    )
+
+
+def tool_span(tracer: trace.Tracer, call_id: str, arguments: dict[str, Any]) -> Any:
+    return tracer.start_as_current_span(
+        "execute_tool get_weather",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.call.arguments": json.dumps(arguments),
+            "gen_ai.tool.call.result": RESULT,
+        },
+    )
+
+
+def run_openai(tracer_provider: TracerProvider) -> str:
+    """The weather agent on the OpenAI client: a tool call, the tool, the answer."""
+    client, tracer = openai_client(), tracer_provider.get_tracer("weather.app")
+    with agent_span(tracer):
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": QUESTION},
+        ]
+        first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=[TOOL])
+        (call,) = first.choices[0].message.tool_calls
+        with tool_span(tracer, call.id, json.loads(call.function.arguments)):
+            pass
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": RESULT},
+        ]
+        final = client.chat.completions.create(model="gpt-4o", messages=messages, tools=[TOOL])
+    return final.choices[0].message.content
+
+
+def run_anthropic(tracer_provider: TracerProvider) -> str:
+    """The weather agent on the Anthropic client: ``tool_use``, the tool, ``tool_result``."""
+    client, tracer = anthropic_client(), tracer_provider.get_tracer("weather.app")
+    function = TOOL["function"]
+    tools = [
+        {
+            "name": function["name"],
+            "description": function["description"],
+            "input_schema": function["parameters"],
+        }
+    ]
+    with agent_span(tracer):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+        first = client.messages.create(
+            model=CLAUDE, max_tokens=256, system=SYSTEM, messages=messages, tools=tools
+        )
+        (call,) = [block for block in first.content if block.type == "tool_use"]
+        with tool_span(tracer, call.id, call.input):
+            pass
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call.id, "content": RESULT}],
+            },
+        ]
+        final = client.messages.create(
+            model=CLAUDE, max_tokens=256, system=SYSTEM, messages=messages, tools=tools
+        )
+    return final.content[0].text
+
+
+def run_graph(model: Any) -> str:
+    """LangChain's ``create_agent`` (a LangGraph graph) on thread ``t1``."""
+    agent = create_agent(model, [get_weather], system_prompt=SYSTEM, name="weather_agent")
+    state = agent.invoke(
+        {"messages": [HumanMessage(QUESTION)]}, {"configurable": {"thread_id": "t1"}}
+    )
+    return state["messages"][-1].content
+
+
+def chat_openai() -> ChatOpenAI:
+    return ChatOpenAI(
+        model="gpt-4o",
+        api_key="sk-test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
+        max_retries=0,
+    )
+
+
+class ForecastRetriever(BaseRetriever):
+    """A real LangChain retriever over one document."""
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return [Document("Paris is rainy.", metadata={"source": "forecast"})]
+
+
+# -- instrumenting and reading -----------------------------------------------------------------
+
+
+def _unwrap(obj: Any, attr: str) -> None:
+    """``unwrap`` as Traceloop's OpenAI and LangChain instrumentors 0.62.4 call it: a module path
+    and ``"Class.method"``, which ``unwrap`` of opentelemetry-instrumentation 0.66b2 reads as
+    attribute ``"Class.method"`` of ``module.Class``, so their ``uninstrument()`` leaves every
+    wrapper in place. This names the class in the path instead."""
+    if isinstance(obj, str) and "." in attr:
+        owner, attr = attr.rsplit(".", 1)
+        obj = f"{obj}.{owner}"
+    unwrap(obj, attr)
+
+
+@pytest.fixture
+def traceloop(provider: Provider, monkeypatch) -> Iterator[Callable[..., None]]:
+    """``traceloop(*instrumentors, **options)`` instruments for this test only; afterwards no
+    client or LangChain run may still emit a span."""
+    started: list[Any] = []
+
+    def start(*instrumentors: Any, **options: Any) -> None:
+        for instrumentor in instrumentors:
+            instrumentor.instrument(tracer_provider=provider[0], **options)
+            started.append(instrumentor)
+
+    yield start
+    with monkeypatch.context() as patch:
+        patch.setattr(openai_v1, "unwrap", _unwrap)
+        patch.setattr(langchain_instrumentation, "unwrap", _unwrap)
+        for instrumentor in started:
+            instrumentor.uninstrument()
+    provider[1].clear()
+    assert run_openai(provider[0]) == ANSWER
+    assert run_anthropic(provider[0]) == ANSWER
+    assert weather_agent.invoke(QUESTION) == ANSWER
+    leaked = [s.name for s in provider[1].get_finished_spans() if not s.name.startswith("exec")]
+    assert leaked == ["invoke_agent weather_agent"] * 2, f"still instrumented: {leaked}"
+
+
+def captured(how: str, db_path: Path, provider: Provider, run: Callable[[], str]) -> Trajectory:
+    """Run ``run`` once and read its trajectory ``how``: ``processor`` or ``spans``."""
+    tracer_provider, exporter = provider
+    processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
+    assert run() == ANSWER
+    if processor is None:
+        return from_otel_spans(exporter.get_finished_spans())
+    return stored_trajectory(processor, db_path)
+
+
+def spans_named(provider: Provider, name: str) -> list[Any]:
+    return [s for s in provider[1].get_finished_spans() if s.name == name]
+
+
+HOW = pytest.mark.parametrize("how", ["processor", "spans"])
+
+
+# -- OpenAI ------------------------------------------------------------------------------------
+
+
+@HOW
+def test_openai_chat_spans_make_the_weather_trajectory(db_path, provider, traceloop, how):
+    traceloop(OpenAIInstrumentor())
+    traj = captured(how, db_path, provider, lambda: run_openai(provider[0]))
+
+    # what 0.62.4 writes: the GenAI conventions' content keys, no flattened legacy keys
+    chats = spans_named(provider, "openai.chat")
+    assert len(chats) == 2
+    for span in chats:
+        assert span.instrumentation_scope.name == "opentelemetry.instrumentation.openai.v1"
+        assert {"gen_ai.input.messages", "gen_ai.output.messages"} <= set(span.attributes)
+        assert "llm.request.type" not in span.attributes
+        assert not any(
+            key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for key in span.attributes
+        )
+    assert chats[0].attributes["gen_ai.response.finish_reasons"] == ("tool_call",)
+
+    assert_weather_trajectory(
+        traj, llm_names=("openai.chat", "openai.chat"), tools=[TOOL_DEFINITION]
+    )
+    first, _, final = traj.steps
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    assert (first.attributes["model"], first.attributes["provider"]) == (SERVED_MODEL, "openai")
+    assert first.attributes["finish_reasons"] == ["tool_call"]
+    assert final.attributes["finish_reasons"] == ["stop"]
+    assert {"openllmetry", "gen_ai"} <= set(first.attributes["dialect"].split(","))
+    assert traj.task == {"messages": [text("system", SYSTEM), USER]}
+
+
+@HOW
+def test_openai_with_trace_content_false_is_reported(
+    db_path, provider, traceloop, monkeypatch, how
+):
+    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "false")
+    traceloop(OpenAIInstrumentor())
+    traj = captured(how, db_path, provider, lambda: run_openai(provider[0]))
+    for span in spans_named(provider, "openai.chat"):
+        assert not any(key.startswith("gen_ai.input") for key in span.attributes)
+        assert "gen_ai.output.messages" not in span.attributes
+        assert "gen_ai.tool.definitions" not in span.attributes
+
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "openai.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "openai.chat"),
+    ]
+    first, tool, final = traj.steps
+    assert first.inputs is first.action is final.inputs is final.action is None
+    # what is not content survives: model, usage, finish reasons; the app's tool span is whole
+    assert first.attributes["model"] == SERVED_MODEL
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+    assert first.attributes["finish_reasons"] == ["tool_call"]
+    assert tool.inputs == {"arguments": {"city": "Paris"}} and tool.action == RESULT
+    assert tool.attributes["tool_call_id"] == "c1"
+    assert traj.task == {"root_span": "invoke_agent weather_agent"}
+
+    report = traj.metadata["capture"]
+    assert report["replayable"] is False and report["steps_without_content"] == [0, 2]
+    assert f"step 0: {NO_CONTENT}" in report["notes"]
+    assert f"step 2: {NO_CONTENT}" in report["notes"]
+    assert "TRACELOOP_TRACE_CONTENT=false" in NO_CONTENT
+
+
+def test_openai_use_attributes_false_writes_log_records(db_path, provider, traceloop):
+    """The messages go to the logs signal: the span processor sees none of them (and says
+    so); the OTLP import of the spans with their log records reads them."""
+    logger_provider = LoggerProvider()
+    logs = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    traceloop(OpenAIInstrumentor(use_attributes=False), logger_provider=logger_provider)
+    processor = attach(db_path, tracer_provider=provider[0])
+    assert run_openai(provider[0]) == ANSWER
+
+    records = logs.get_finished_logs()
+    assert [r.log_record.event_name for r in records] == [
+        "gen_ai.system.message",
+        "gen_ai.user.message",
+        "gen_ai.choice",
+        "gen_ai.system.message",
+        "gen_ai.user.message",
+        "gen_ai.assistant.message",
+        "gen_ai.tool.message",
+        "gen_ai.choice",
+    ]
+    choice = records[2].log_record.body
+    assert choice["message"] == {"content": None} and choice["tool_calls"][0]["id"] == "c1"
+    assert records[6].log_record.body == {"content": RESULT}  # no call id
+
+    stored = stored_trajectory(processor, db_path)
+    assert [s.inputs for s in stored.steps] == [None, {"arguments": {"city": "Paris"}}, None]
+    assert stored.metadata["capture"]["steps_without_content"] == [0, 2]
+    assert f"step 0: {NO_CONTENT}" in stored.metadata["capture"]["notes"]
+
+    spans = encode_spans(provider[1].get_finished_spans()).SerializeToString()
+    result = load_many([spans, encode_logs(records).SerializeToString()])
+    assert result.warnings == []
+    (traj,) = result.trajectories
+    first, tool, final = traj.steps
+    assert first.inputs == {"messages": [text("system", SYSTEM), USER], "model": "gpt-4o"}
+    # regression: the choice's tool_calls sit beside its message
+    assert first.action == [{"role": "assistant", "parts": [CALL_PART]}]
+    assert (tool.attributes["requested_by"], tool.attributes["tool_call_id"]) == (0, "c1")
+    assert final.inputs["messages"] == [
+        text("system", SYSTEM),
+        USER,
+        {"role": "assistant", "parts": [CALL_PART]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "response": RESULT}]},
+    ]
+    assert final.action == [text("assistant", ANSWER)]
+    report = traj.metadata["capture"]
+    assert report["replayable"] is True and report["notes"] == []
+    assert report["log_records"] == 8
+
+
+# OpenLLMetry's legacy flattened form, recorded from the real 0.54.0 (data/openllmetry/record.py)
+RECORDED = Path(__file__).parent / "data" / "openllmetry"
+
+
+def recorded(mode: str, how: str, db_path: Path) -> Trajectory:
+    """The recording ``mode`` read ``how``: ``import`` (into a SQLite store) or ``spans``."""
+    path = RECORDED / f"{mode}.jsonl"
+    if how == "spans":
+        return from_otel_spans([json.loads(path.read_text())])
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, [path])
+        assert not result.errors and not result.warnings
+        (session_id,) = store.session_ids()
+        (verdict,) = store.verify(session_id)
+        assert verdict.ok
+        return store.load(session_id)
+
+
+@pytest.mark.parametrize("how", ["import", "spans"])
+def test_openai_0_54_legacy_flattened_spans_read_as_0_62_ones(
+    db_path, tmp_path, provider, traceloop, how
+):
+    request = json.loads((RECORDED / "legacy_0_54.jsonl").read_text())
+    (scope,) = [
+        s["scope"]
+        for r in request["resourceSpans"]
+        for s in r["scopeSpans"]
+        if "version" in s["scope"]
+    ]
+    assert scope == {"name": "opentelemetry.instrumentation.openai.v1", "version": "0.54.0"}
+    keys = {
+        a["key"]
+        for r in request["resourceSpans"]
+        for s in r["scopeSpans"]
+        for span in s["spans"]
+        for a in span["attributes"]
+    }
+    assert {
+        "llm.request.type",
+        "gen_ai.prompt.3.tool_call_id",
+        "llm.request.functions.0.parameters",
+    } <= keys
+    assert "gen_ai.input.messages" not in keys and "gen_ai.operation.name" in keys  # the app's
+
+    legacy = recorded("legacy_0_54", how, db_path)
+    # regression: the offered tool's parameters arrive as JSON text
+    assert_weather_trajectory(
+        legacy, llm_names=("openai.chat", "openai.chat"), tools=[TOOL_DEFINITION]
+    )
+    first = legacy.steps[0]
+    assert {s.agent for s in legacy.steps} == {"weather_agent"}
+    assert first.attributes["dialect"] == "openllmetry"
+    assert (first.attributes["model"], first.attributes["provider"]) == (SERVED_MODEL, "openai")
+    assert first.attributes["finish_reasons"] == ["tool_calls"]  # 0.62 writes "tool_call"
+
+    # the same weather run through 0.62.4 reads the same, call for call
+    traceloop(OpenAIInstrumentor())
+    current = captured(
+        "spans", tmp_path / "current.sqlite", provider, lambda: run_openai(provider[0])
+    )
+    for index in (0, 2):
+        assert legacy.steps[index].inputs == current.steps[index].inputs
+        assert legacy.steps[index].action == current.steps[index].action
+
+
+@pytest.mark.parametrize("how", ["import", "spans"])
+def test_openai_0_54_without_content_is_reported(db_path, how):
+    traj = recorded("legacy_0_54_no_content", how, db_path)
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "openai.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "openai.chat"),
+    ]
+    first, _, final = traj.steps
+    assert first.inputs is first.action is final.inputs is final.action is None
+    assert first.attributes["model"] == SERVED_MODEL
+    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6)
+    report = traj.metadata["capture"]
+    assert report["replayable"] is False and report["steps_without_content"] == [0, 2]
+    assert [n for n in report["notes"] if n.endswith(NO_CONTENT)] == [
+        f"step 0: {NO_CONTENT}",
+        f"step 2: {NO_CONTENT}",
+    ]
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+
+@HOW
+def test_anthropic_content_blocks_become_parts(db_path, provider, traceloop, how):
+    traceloop(AnthropicInstrumentor())
+    traj = captured(how, db_path, provider, lambda: run_anthropic(provider[0]))
+    chats = spans_named(provider, "anthropic.chat")
+    assert [s.instrumentation_scope.name for s in chats] == [
+        "opentelemetry.instrumentation.anthropic"
+    ] * 2
+    (definition,) = json.loads(chats[0].attributes["gen_ai.tool.definitions"])
+    assert "input_schema" in definition  # Anthropic's shape, read as "parameters"
+
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "anthropic.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "anthropic.chat"),
+    ]
+    first, tool, final = traj.steps
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    call = {**CALL_PART, "id": TOOL_USE_ID}  # the same tool_call part as OpenAI's
+    assert first.inputs == {
+        "messages": [USER],
+        "system": SYSTEM_PARTS,
+        "tools": [TOOL_DEFINITION],
+        "model": CLAUDE,
+    }
+    assert first.action == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "Let me check."}, call]}
+    ]
+    assert first.attributes["tool_calls"] == [TOOL_USE_ID]
+    assert (first.attributes["model"], first.attributes["provider"]) == (
+        f"{CLAUDE}-20260101",
+        "anthropic",
+    )
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+    assert first.attributes["finish_reasons"] == ["tool_call"]
+
+    assert tool.inputs == {"arguments": {"city": "Paris"}} and tool.action == RESULT
+    assert (tool.attributes["requested_by"], tool.attributes["tool_call_id"]) == (0, TOOL_USE_ID)
+
+    # the tool_result block is a tool_call_response part in the user's message
+    assert final.inputs["messages"] == [
+        USER,
+        first.action[0],
+        {
+            "role": "user",
+            "parts": [{"type": "tool_call_response", "id": TOOL_USE_ID, "response": RESULT}],
+        },
+    ]
+    assert final.inputs["system"] == SYSTEM_PARTS
+    assert final.action == [text("assistant", ANSWER)]
+    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6)
+
+    assert traj.task == {"messages": [USER], "system": SYSTEM_PARTS}
+    report = traj.metadata["capture"]
+    assert report["replayable"] is True and report["notes"] == []
+    assert report["unanswered_tool_calls"] == [] and report["opaque_steps"] == []
+    traj.verify()
+
+
+# -- LangChain ---------------------------------------------------------------------------------
+
+
+@HOW
+def test_langchain_tool_loop_becomes_the_weather_trajectory(db_path, provider, traceloop, how):
+    traceloop(LangchainInstrumentor())
+    traj = captured(how, db_path, provider, lambda: weather_agent.invoke(QUESTION))
+
+    # what the instrumentation really writes (the dialect's input)
+    spans = provider[1].get_finished_spans()
+    assert sorted(s.name for s in spans) == [
+        "ScriptedChatModel.chat",
+        "ScriptedChatModel.chat",
+        "execute_task ChatPromptTemplate",
+        "execute_task ChatPromptTemplate",
+        "execute_task RunnableSequence",
+        "execute_task RunnableSequence",
+        "execute_task StrOutputParser",
+        "execute_tool get_weather",
+        "weather_agent.workflow",
+    ]
+    (root,) = spans_named(provider, "weather_agent.workflow")
+    assert root.attributes["traceloop.span.kind"] == "workflow"
+    assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    chat = spans_named(provider, "ScriptedChatModel.chat")[0]
+    assert chat.attributes["gen_ai.request.model"] == "unknown"
+    assert chat.attributes["traceloop.association.properties.ls_model_name"] == "gpt-4o"
+    (tool_run,) = spans_named(provider, "execute_tool get_weather")
+    assert "gen_ai.tool.call.id" not in tool_run.attributes
+    recorded = json.loads(tool_run.attributes["gen_ai.tool.call.arguments"])
+    assert recorded["inputs"] == {"city": "Paris"} and recorded["kwargs"]["tool_call_id"] == "c1"
+
+    # regressions: the tool's arguments and result out of the callback's record, its call id
+    # from the callback kwargs; the model from ls_model_name; chain runs are no steps
+    assert_weather_trajectory(
+        traj,
+        llm_names=("ScriptedChatModel.chat", "ScriptedChatModel.chat"),
+        tools=[TOOL_DEFINITION],
+        system_apart=True,
+    )
+    # regressions: the root run names the agent, and its recorded input is the task
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    assert traj.task == QUESTION
+    assert traj.metadata["root_span"] == "weather_agent.workflow"
+    assert traj.metadata["capture"]["spans"] == 9
+    assert traj.steps[1].attributes["tool_description"] == "The weather in a city."
+
+
+@HOW
+def test_langchain_create_agent_becomes_the_weather_trajectory(db_path, provider, traceloop, how):
+    traceloop(LangchainInstrumentor())
+    traj = captured(how, db_path, provider, lambda: run_graph(scripted_model()))
+    spans = provider[1].get_finished_spans()
+    (outer,) = spans_named(provider, "invoke_agent weather_agent")
+    assert outer.parent is None and outer.attributes["gen_ai.conversation.id"] == "t1"
+    nodes = [s.name for s in spans if s.attributes.get("traceloop.span.kind") == "task"]
+    assert sorted(nodes) == ["execute_task model", "execute_task model", "execute_task tools"]
+
+    assert_weather_trajectory(
+        traj,
+        llm_names=("ScriptedChatModel.chat", "ScriptedChatModel.chat"),
+        tools=[TOOL_DEFINITION],
+        system_apart=True,
+    )
+    assert traj.session_id == "t1"
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    assert traj.metadata["root_span"] == "invoke_agent weather_agent"
+    assert traj.task == {"messages": [USER], "system": SYSTEM_PARTS}
+    assert traj.metadata["capture"]["spans"] == len(spans) == 8
+
+
+@HOW
+def test_langchain_with_trace_content_false_is_reported(
+    db_path, provider, traceloop, monkeypatch, how
+):
+    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "false")
+    traceloop(LangchainInstrumentor())
+    traj = captured(how, db_path, provider, lambda: weather_agent.invoke(QUESTION))
+    (tool_run,) = spans_named(provider, "execute_tool get_weather")
+    assert "traceloop.entity.input" not in tool_run.attributes
+
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "ScriptedChatModel.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "ScriptedChatModel.chat"),
+    ]
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    for step in traj.steps:
+        assert step.inputs is None and step.action is None
+    assert traj.steps[0].attributes["model"] == "gpt-4o"
+    assert traj.steps[0].attributes["input_tokens"] == 12
+    assert traj.task == {"root_span": "weather_agent.workflow"}
+    report = traj.metadata["capture"]
+    assert report["replayable"] is False and report["steps_without_content"] == [0, 1, 2]
+    assert report["tool_steps_without_result"] == [1]
+    assert [n for n in report["notes"] if n.endswith(NO_CONTENT)] == [
+        f"step {i}: {NO_CONTENT}" for i in range(3)
+    ]
+
+
+@HOW
+def test_langchain_retriever_run_is_a_retrieval_step(db_path, provider, traceloop, how):
+    traceloop(LangchainInstrumentor())
+    documents = [{"page_content": "Paris is rainy.", "metadata": {"source": "forecast"}}]
+
+    def run() -> str:
+        (document,) = ForecastRetriever().invoke("weather in Paris")
+        assert document.page_content == "Paris is rainy."
+        return ANSWER
+
+    traj = captured(how, db_path, provider, run)
+    (span,) = provider[1].get_finished_spans()
+    assert span.name == "vector_db_retrieve ForecastRetriever"
+    assert span.attributes["traceloop.span.kind"] == "task"  # not a chain around steps
+
+    (step,) = traj.steps
+    assert (step.kind, step.name) == (StepKind.RETRIEVAL, "ForecastRetriever")
+    assert step.inputs == {"query": "weather in Paris"}
+    assert step.action == documents
+    assert traj.metadata["capture"]["opaque_steps"] == []
+
+
+def openai_instrumentor(vendor: str) -> Any:
+    if vendor == "openinference":
+        from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInference
+
+        return OpenInference()
+    if vendor == "gen_ai":
+        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor as GenAI
+
+        return GenAI()
+    return OpenAIInstrumentor()
+
+
+@HOW
+@pytest.mark.parametrize("vendor", ["traceloop", "openinference", "gen_ai"])
+def test_langchain_and_an_openai_instrumentor_make_one_llm_step_per_call(
+    db_path, provider, traceloop, vendor, how
+):
+    """Traceloop's LangChain instrumentation with an OpenAI instrumentation on ``ChatOpenAI``.
+    Traceloop's own OpenAI instrumentor honours the suppression key LangChain's chat model span
+    sets and writes nothing; the others write their span of the call beside the chat model's
+    span (it is not current), which is the same call: one llm step each time (regression)."""
+    traceloop(LangchainInstrumentor(), openai_instrumentor(vendor))
+    traj = captured(how, db_path, provider, lambda: run_graph(chat_openai()))
+    spans = provider[1].get_finished_spans()
+    chats = spans_named(provider, "ChatOpenAI.chat")
+    assert len(chats) == 2
+    others = [s for s in spans if s.instrumentation_scope.name != LANGCHAIN_SCOPE]
+    if vendor == "traceloop":
+        assert others == []
+    else:
+        assert [s.name for s in others] == (
+            ["ChatCompletion"] * 2 if vendor == "openinference" else ["chat gpt-4o"] * 2
+        )
+        for chat, call in zip(chats, others, strict=True):
+            assert call.parent.span_id == chat.parent.span_id  # beside it, not inside
+            assert chat.start_time <= call.start_time <= call.end_time <= chat.end_time
+
+    assert_weather_trajectory(
+        traj,
+        llm_names=("ChatOpenAI.chat", "ChatOpenAI.chat"),
+        tools=[TOOL_DEFINITION],
+        system_apart=True,
+    )
+    first = traj.steps[0]
+    assert (first.attributes["model"], first.attributes["provider"]) == (SERVED_MODEL, "openai")
+    assert {s.agent for s in traj.steps} == {"weather_agent"}
+    if vendor == "openinference":  # no response id there: matched by the same output
+        assert "openinference" in first.attributes["dialect"].split(",")
