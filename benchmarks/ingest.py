@@ -18,7 +18,6 @@ instrumentations write them) and one ``execute_tool`` span per turn. Run:
 from __future__ import annotations
 
 import argparse
-import base64
 import gc
 import json
 import statistics
@@ -28,7 +27,6 @@ import threading
 import time
 from pathlib import Path
 
-from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -38,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_replay import CheckpointStore
 from agent_replay.ingest import load
-from agent_replay.ingest.otlp import read_otlp_json, read_otlp_proto
+from agent_replay.ingest.otlp import read_otlp_json, read_otlp_proto, to_otlp_json
 from agent_replay.model import chain_steps
 
 TEXT = (
@@ -123,14 +121,7 @@ def record_runs(traces: int, turns: int):
 
 
 def to_json_line(request: ExportTraceServiceRequest) -> str:
-    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
-    for rs in doc["resourceSpans"]:
-        for ss in rs["scopeSpans"]:
-            for span in ss["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return json.dumps(doc, separators=(",", ":"))
+    return json.dumps(to_otlp_json(request), separators=(",", ":"))
 
 
 def _timed(fn) -> float:

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import load, load_many
-from agent_replay.ingest.otlp import read_otlp_json, read_otlp_proto
+from agent_replay.ingest.otlp import read_otlp_json, read_otlp_proto, to_otlp_json
 
 # ../shared beside the repository (found upwards, so a git worktree deeper down works too)
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
@@ -81,12 +81,6 @@ def convert_ids(node, convert):
         for item in node:
             convert_ids(item, convert)
     return node
-
-
-def to_otlp_json(message) -> dict:
-    """Protobuf → OTLP/JSON: json_format writes base64 ids, OTLP wants hex."""
-    doc = json_format.MessageToDict(message, use_integers_for_enums=True)
-    return convert_ids(doc, lambda ident: base64.b64decode(ident).hex())
 
 
 def hex_to_b64(doc):

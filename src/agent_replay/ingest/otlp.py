@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -54,6 +55,7 @@ __all__ = [
     "read_otlp_proto",
     "span_from_json",
     "split_length_prefixed",
+    "to_otlp_json",
 ]
 
 MAX_DEPTH = 64  # AnyValue nesting accepted; deeper is malformed (and would exhaust the stack)
@@ -832,3 +834,27 @@ def read_otlp_proto(data: bytes, source: str) -> Decoded:
     if first_error is not None and not out.spans and not out.logs:
         raise first_error
     return out
+
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def to_otlp_json(request: ExportTraceServiceRequest | ExportLogsServiceRequest) -> dict[str, Any]:
+    """An OTLP protobuf request as OTLP/JSON, the form the Collector's file exporter writes and
+    :func:`read_otlp_json` reads: ids in hex (``json_format`` alone writes them in base64),
+    enums as integers, 64-bit integers as strings. For writing spans to a file, e.g.
+    ``to_otlp_json(encode_spans(spans))`` with the SDK's OTLP encoder."""
+    return _hex_ids(json_format.MessageToDict(request, use_integers_for_enums=True))
+
+
+def _hex_ids(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: base64.b64decode(value).hex()
+            if key in _ID_KEYS and isinstance(value, str)
+            else _hex_ids(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_hex_ids(item) for item in node]
+    return node

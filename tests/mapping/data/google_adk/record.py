@@ -31,13 +31,11 @@ schemas; pip resolved google-genai 2.34.0 beside it), recorded with
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 MODES = {
@@ -52,28 +50,17 @@ MODES = {
 SESSION_ID = "weather-session"
 
 
-def _hex_ids(value: Any) -> Any:
-    """OTLP/JSON ids as hex (``MessageToDict`` writes bytes fields as base64)."""
-    if isinstance(value, dict):
-        return {
-            k: base64.b64decode(v).hex()
-            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
-            else _hex_ids(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_hex_ids(v) for v in value]
-    return value
-
-
 def record(mode: str) -> None:
-    from google.protobuf import json_format
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    sys.path.insert(0, str(HERE.parents[3] / "src"))  # this checkout's OTLP/JSON writer
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agent_replay.ingest.otlp import to_otlp_json
 
     provider = TracerProvider(resource=Resource.create({"service.name": "adk-weather"}))
     exporter = InMemorySpanExporter()
@@ -142,9 +129,9 @@ def record(mode: str) -> None:
 
     asyncio.run(run())
     spans = exporter.get_finished_spans()
-    request = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    request = to_otlp_json(encode_spans(spans))
     path = HERE / f"{mode}.jsonl"
-    path.write_text(json.dumps(_hex_ids(request), separators=(",", ":")) + "\n")
+    path.write_text(json.dumps(request, separators=(",", ":")) + "\n")
     print(f"{path.name}: {len(spans)} spans, google-adk {version.__version__}")
 
 

@@ -24,7 +24,6 @@ encoder as one OTLP/JSON request per file (hex ids). One process per mode:
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -59,20 +58,6 @@ TOOL = {
 SERVED_MODEL = "gpt-4o-2024-08-06"
 
 
-def _hex_ids(value: Any) -> Any:
-    """OTLP/JSON ids as hex (``MessageToDict`` writes bytes fields as base64)."""
-    if isinstance(value, dict):
-        return {
-            k: base64.b64decode(v).hex()
-            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
-            else _hex_ids(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_hex_ids(v) for v in value]
-    return value
-
-
 def _api(request: Any) -> Any:
     import httpx2
 
@@ -103,13 +88,16 @@ def record(mode: str) -> None:
 
     import httpx2
     import openai
-    from google.protobuf import json_format
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    sys.path.insert(0, str(HERE.parents[3] / "src"))  # this checkout's OTLP/JSON writer
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agent_replay.ingest.otlp import to_otlp_json
 
     provider = TracerProvider(resource=Resource.create({"service.name": "openllmetry-weather"}))
     exporter = InMemorySpanExporter()
@@ -151,9 +139,9 @@ def record(mode: str) -> None:
     assert final.choices[0].message.content == ANSWER
 
     spans = exporter.get_finished_spans()
-    request = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    request = to_otlp_json(encode_spans(spans))
     path = HERE / f"{mode}.jsonl"
-    path.write_text(json.dumps(_hex_ids(request), separators=(",", ":")) + "\n")
+    path.write_text(json.dumps(request, separators=(",", ":")) + "\n")
     package = version("opentelemetry-instrumentation-openai")
     print(f"{path.name}: {len(spans)} spans, opentelemetry-instrumentation-openai {package}")
 
