@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -24,9 +25,13 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_openai import ChatOpenAI
 
+from fake_openai import weather_api
 from weather_run import ANSWER, CALL, SYSTEM
 
+#: the model the fake OpenAI API answers as (``chat_openai``)
+SERVED_MODEL = "gpt-4o-2024-08-06"
 #: the chat model's run name, which the tracers give its llm spans
 MODEL_RUN = "ScriptedChatModel"
 PROMPT = ChatPromptTemplate.from_messages([("system", SYSTEM), MessagesPlaceholder("messages")])
@@ -93,3 +98,15 @@ def weather_loop(question: str, config: RunnableConfig) -> str:
 
 
 weather_agent = RunnableLambda(weather_loop, name="weather_agent")
+
+
+def chat_openai(served_model: str = SERVED_MODEL) -> ChatOpenAI:
+    """``ChatOpenAI`` for ``gpt-4o`` on the weather run's fake OpenAI API
+    (``fake_openai.weather_api``, answering as ``served_model``), no network."""
+    return ChatOpenAI(
+        model="gpt-4o",
+        api_key="sk-test",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=weather_api(served_model)),
+        max_retries=0,
+    )

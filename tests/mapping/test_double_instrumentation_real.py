@@ -19,40 +19,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx2
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langchain_openai import ChatOpenAI
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from agent_replay import CheckpointStore, StepKind, Trajectory
 from agent_replay.ingest import load
 from agent_replay.otel import attach
-from fake_openai import weather_api
-from langchain_weather import get_weather
+from langchain_weather import chat_openai, get_weather
 from weather_run import ANSWER, CALL_PART, QUESTION, text
 
-SERVED_MODEL = "gpt-4o-2024-08-06"
 TOOL_DEFINITION = {"type": "function", **convert_to_openai_tool(get_weather)["function"]}
-
-
-def chat_model() -> ChatOpenAI:
-    """ChatOpenAI on a fake server: a ``get_weather`` call first, then the answer."""
-    return ChatOpenAI(
-        model="gpt-4o",
-        api_key="sk-test",
-        base_url="http://127.0.0.1:9/v1",
-        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
-        max_retries=0,
-    )
 
 
 def run_agent() -> str:
     agent = create_agent(
-        chat_model(), [get_weather], system_prompt="Be brief.", name="weather_agent"
+        chat_openai(), [get_weather], system_prompt="Be brief.", name="weather_agent"
     )
     state = agent.invoke({"messages": [HumanMessage(QUESTION)]})
     return state["messages"][-1].content

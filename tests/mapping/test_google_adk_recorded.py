@@ -34,16 +34,14 @@ finish reason, Gemini's own parameter schema (``OBJECT`` / ``STRING``); ``invoca
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from agent_replay import CheckpointStore, StepKind, Trajectory
-from agent_replay.ingest import import_into
-from agent_replay.interop import from_otel_spans
+from agent_replay import StepKind, Trajectory
 from agent_replay.mapping.assemble import CONTENT_HINT
 from agent_replay.mapping.dialects.google_adk import NO_CONTENT
+from stored import recorded
 from weather_run import ANSWER, QUESTION, text
 
 RECORDED = Path(__file__).parent / "data" / "google_adk"
@@ -77,16 +75,7 @@ SPANS = {"v2": 5, "v1": 7, "adk_1_10": 5}
 
 def read(mode: str, how: str, db_path: Path) -> Trajectory:
     """The recording ``mode`` read ``how``: ``import`` (into a SQLite store) or ``spans``."""
-    path = RECORDED / f"{mode}.jsonl"
-    if how == "spans":
-        return from_otel_spans([json.loads(path.read_text())])
-    with CheckpointStore(db_path) as store:
-        result = import_into(store, [path])
-        assert not result.errors and not result.warnings
-        assert store.session_ids() == [SESSION]
-        (verdict,) = store.verify(SESSION)
-        assert verdict.ok
-        return store.load(SESSION)
+    return recorded(RECORDED / f"{mode}.jsonl", how, db_path)
 
 
 @pytest.mark.parametrize("how", ["import", "spans"])

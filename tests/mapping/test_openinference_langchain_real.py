@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,14 +49,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import create_react_agent
 from openinference.instrumentation import TraceConfig, using_session
 from openinference.instrumentation.langchain import LangChainInstrumentor
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import StepKind, Trajectory
-from agent_replay.interop import from_otel_spans
-from agent_replay.otel import attach
+from agent_replay import StepKind
 from langchain_weather import MODEL_RUN, get_weather, scripted_model
-from stored import stored_trajectory
+from stored import captured
 from weather_run import ANSWER, CALL_PART, QUESTION, assert_weather_trajectory, text
 
 SYSTEM = "Be brief."
@@ -112,18 +108,6 @@ def instrument(provider) -> Iterator[Any]:
     provider[1].clear()
     assert run_loop() == ANSWER
     assert provider[1].get_finished_spans() == ()  # uninstrumented: no span leaks to others
-
-
-def captured(
-    how: str, db_path: Path, provider: tuple[TracerProvider, InMemorySpanExporter], run
-) -> Trajectory:
-    """Run ``run`` once and read its trajectory ``how``: ``processor`` or ``spans``."""
-    tracer_provider, exporter = provider
-    processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
-    assert run() == ANSWER
-    if processor is None:
-        return from_otel_spans(exporter.get_finished_spans())
-    return stored_trajectory(processor, db_path)
 
 
 def spans_named(exporter: InMemorySpanExporter, name: str) -> list[Any]:

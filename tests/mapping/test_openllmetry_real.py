@@ -72,7 +72,6 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.messages import HumanMessage
 from langchain_core.retrievers import BaseRetriever
-from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -87,14 +86,13 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import CheckpointStore, StepKind, Trajectory
-from agent_replay.ingest import import_into, load_many
-from agent_replay.interop import from_otel_spans
+from agent_replay import StepKind, Trajectory
+from agent_replay.ingest import load_many
 from agent_replay.mapping.dialects.openllmetry import LANGCHAIN_SCOPE, NO_CONTENT
 from agent_replay.otel import attach
 from fake_openai import weather_api
-from langchain_weather import get_weather, scripted_model, weather_agent
-from stored import stored_trajectory
+from langchain_weather import SERVED_MODEL, chat_openai, get_weather, scripted_model, weather_agent
+from stored import captured, recorded, stored_trajectory
 from weather_run import (
     ANSWER,
     CALL_PART,
@@ -106,7 +104,6 @@ from weather_run import (
     text,
 )
 
-SERVED_MODEL = "gpt-4o-2024-08-06"
 CLAUDE = "claude-sonnet-4-6"
 TOOL_USE_ID = "toolu_01"
 RESULT = "rainy in Paris"
@@ -249,16 +246,6 @@ def run_graph(model: Any) -> str:
     return state["messages"][-1].content
 
 
-def chat_openai() -> ChatOpenAI:
-    return ChatOpenAI(
-        model="gpt-4o",
-        api_key="sk-test",
-        base_url="http://127.0.0.1:9/v1",
-        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
-        max_retries=0,
-    )
-
-
 class ForecastRetriever(BaseRetriever):
     """A real LangChain retriever over one document."""
 
@@ -305,16 +292,6 @@ def traceloop(provider: Provider, monkeypatch) -> Iterator[Callable[..., None]]:
     assert weather_agent.invoke(QUESTION) == ANSWER
     leaked = [s.name for s in provider[1].get_finished_spans() if not s.name.startswith("exec")]
     assert leaked == ["invoke_agent weather_agent"] * 2, f"still instrumented: {leaked}"
-
-
-def captured(how: str, db_path: Path, provider: Provider, run: Callable[[], str]) -> Trajectory:
-    """Run ``run`` once and read its trajectory ``how``: ``processor`` or ``spans``."""
-    tracer_provider, exporter = provider
-    processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
-    assert run() == ANSWER
-    if processor is None:
-        return from_otel_spans(exporter.get_finished_spans())
-    return stored_trajectory(processor, db_path)
 
 
 def spans_named(provider: Provider, name: str) -> list[Any]:
@@ -445,18 +422,8 @@ def test_openai_use_attributes_false_writes_log_records(db_path, provider, trace
 RECORDED = Path(__file__).parent / "data" / "openllmetry"
 
 
-def recorded(mode: str, how: str, db_path: Path) -> Trajectory:
-    """The recording ``mode`` read ``how``: ``import`` (into a SQLite store) or ``spans``."""
-    path = RECORDED / f"{mode}.jsonl"
-    if how == "spans":
-        return from_otel_spans([json.loads(path.read_text())])
-    with CheckpointStore(db_path) as store:
-        result = import_into(store, [path])
-        assert not result.errors and not result.warnings
-        (session_id,) = store.session_ids()
-        (verdict,) = store.verify(session_id)
-        assert verdict.ok
-        return store.load(session_id)
+def read_recording(mode: str, how: str, db_path: Path) -> Trajectory:
+    return recorded(RECORDED / f"{mode}.jsonl", how, db_path)
 
 
 @pytest.mark.parametrize("how", ["import", "spans"])
@@ -485,7 +452,7 @@ def test_openai_0_54_legacy_flattened_spans_read_as_0_62_ones(
     } <= keys
     assert "gen_ai.input.messages" not in keys and "gen_ai.operation.name" in keys  # the app's
 
-    legacy = recorded("legacy_0_54", how, db_path)
+    legacy = read_recording("legacy_0_54", how, db_path)
     # regression: the offered tool's parameters arrive as JSON text
     assert_weather_trajectory(
         legacy, llm_names=("openai.chat", "openai.chat"), tools=[TOOL_DEFINITION]
@@ -508,7 +475,7 @@ def test_openai_0_54_legacy_flattened_spans_read_as_0_62_ones(
 
 @pytest.mark.parametrize("how", ["import", "spans"])
 def test_openai_0_54_without_content_is_reported(db_path, how):
-    traj = recorded("legacy_0_54_no_content", how, db_path)
+    traj = read_recording("legacy_0_54_no_content", how, db_path)
     assert [(s.kind, s.name) for s in traj.steps] == [
         (StepKind.LLM, "openai.chat"),
         (StepKind.TOOL, "get_weather"),
