@@ -75,12 +75,67 @@ KNOWN_KEYS = [
     "agent_replay.step.inputs",
     "agent_replay.step.output",
     "agent_replay.step.side_effects",
+    # Langfuse, LangSmith, Google ADK, OpenLLMetry / Traceloop, Pydantic AI
+    "langfuse.observation.type",
+    "langfuse.observation.input",
+    "langfuse.observation.output",
+    "langfuse.observation.model.name",
+    "langfuse.observation.level",
+    "langfuse.observation.usage_details",
+    "langfuse.observation.metadata.tool_call_id",
+    "langfuse.session.id",
+    "langsmith.span.kind",
+    "langsmith.trace.name",
+    "langsmith.metadata.thread_id",
+    "langsmith.metadata.ls_model_name",
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "gen_ai.prompt.0.role",
+    "gen_ai.prompt.0.content",
+    "gen_ai.prompt.1.tool_calls.0.name",
+    "gen_ai.completion.0.content",
+    "gen_ai.completion.0.tool_calls.0.arguments",
+    "llm.request.type",
+    "llm.request.functions.0.name",
+    "llm.request.functions.0.parameters",
+    "traceloop.span.kind",
+    "traceloop.entity.name",
+    "traceloop.entity.input",
+    "traceloop.entity.output",
+    "traceloop.association.properties.ls_model_name",
+    "gcp.vertex.agent.llm_request",
+    "gcp.vertex.agent.llm_response",
+    "gcp.vertex.agent.tool_call_args",
+    "gcp.vertex.agent.tool_response",
+    "gcp.vertex.agent.session_id",
+    "pydantic_ai.all_messages",
+    "tool_arguments",
+    "tool_response",
+    "final_result",
+    "logfire.msg",
+    "metadata",
 ]
+# tracer scopes some dialects recognise spans by (ADK, OpenInference Anthropic, Traceloop, ...)
+SCOPES = st.sampled_from(
+    [
+        "",
+        "gcp.vertex.agent",
+        "openinference.instrumentation.anthropic",
+        "openinference.instrumentation.langchain",
+        "opentelemetry.instrumentation.openai.v1",
+        "opentelemetry.instrumentation.anthropic",
+        "opentelemetry.instrumentation.langchain",
+        "pydantic-ai",
+        "agent_replay",
+    ]
+)
 KIND_WORDS = st.sampled_from(
     [
         *("chat", "execute_tool", "invoke_agent", "invoke_workflow", "embeddings", "retrieval"),
         *("search_memory", "plan", "LLM", "TOOL", "AGENT", "CHAIN", "RETRIEVER", "EMBEDDING"),
         *("llm", "tool", "memory", "span", "", "application/json", "text/plain"),
+        *("generation", "agent", "chain", "retriever", "prompt", "parser", "workflow", "task"),
+        *("ERROR", "__REDACTED__", "{}", "tool_call", "tool_call_response", "function"),
     ]
 )
 
@@ -134,6 +189,7 @@ def spans(draw: Any, attributes: Any = attribute_dicts) -> NormalizedSpan:
         attributes=draw(attributes),
         events=tuple(draw(st.lists(events, max_size=1))),
         resource=draw(st.dictionaries(st.just("service.name"), scalars, max_size=1)),
+        scope_name=draw(SCOPES),
         dropped_attributes=draw(st.integers(0, 3)),
     )
 
