@@ -41,7 +41,7 @@ def aggregate_command(
     db: Path,
     agent_spec: str | None,
     verifier_spec: str,
-    policy_name: str | None,
+    policy_specs: tuple[str, ...],
     search: str | None,
     rollouts: int | None,
     budget: float | None,
@@ -65,7 +65,7 @@ def aggregate_command(
 
             def agent_for(trajectory):
                 bar.update(1)
-                return resolve_agent(agent_spec, trajectory, policy_name)
+                return resolve_agent(agent_spec, trajectory, policy_specs)
 
             result = aggregate_runs(
                 trajectories, None, verifier, agent_for=agent_for, rollouts=rollouts, budget=budget
@@ -103,7 +103,7 @@ def drift_command(
     session_id: str,
     agent_spec: str | None,
     verifier_spec: str,
-    policy_name: str | None,
+    policy_specs: tuple[str, ...],
     scorer_spec: str | None,
     rollouts: int,
     out_path: str | None,
@@ -114,7 +114,7 @@ def drift_command(
     scorer = load_optional(scorer_spec, "--state-scorer")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
-        agent = resolve_agent(agent_spec, trajectory, policy_name)
+        agent = resolve_agent(agent_spec, trajectory, policy_specs)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
     if out_path:
         result.to_html(out_path)

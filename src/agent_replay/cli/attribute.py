@@ -169,7 +169,7 @@ def attribute_command(
     session_id: str,
     agent_spec: str | None,
     verifier_spec: str | None,
-    policy_name: str | None,
+    policy_specs: tuple[str, ...],
     rollouts: int | None,
     budget: int | None,
     method: str,
@@ -198,7 +198,7 @@ def attribute_command(
     verifier = load_entrypoint(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
-        agent = resolve_agent(agent_spec, trajectory, policy_name)
+        agent = resolve_agent(agent_spec, trajectory, policy_specs)
     progress = RolloutProgress(agent, budget=budget)
     # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
     # other package errors into one-line messages with exit code 1

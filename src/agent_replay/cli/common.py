@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -111,10 +111,12 @@ verifier_option = _verifier_option(required=False)
 required_verifier_option = _verifier_option(required=True)
 policy_option = click.option(
     "--policy",
-    "policy_name",
-    default=None,
-    metavar="NAME",
-    help="Resample policy for LLM steps of imported traces (e.g. openai; see docs).",
+    "policy_specs",
+    multiple=True,
+    metavar="[KEY=]POLICY",
+    help="Resample policy of an imported trace's steps (repeatable). POLICY is a registered "
+    "name (openai, hold) or MODULE:FUNCTION (fn(request) -> output). KEY picks the steps: a "
+    "step name, agent:NAME, a kind (llm, tool, ...) or *; without KEY, the llm steps.",
 )
 session_option = click.option(
     "--session", "session_id", required=True, help="Session id (see `agent-replay sessions`)."
@@ -135,18 +137,32 @@ def parse_json_arg(text: str | None, what: str) -> Any:
         return text
 
 
-def resolve_agent(agent_spec: str | None, trajectory: Any, policy_name: str | None) -> Callable:
+def resolve_agent(
+    agent_spec: str | None, trajectory: Any, policy_specs: Sequence[str] = ()
+) -> Callable:
     """The user's agent, or a replay agent for an imported trajectory."""
     if agent_spec is not None:
         return load_entrypoint(agent_spec, "--agent")
     from ..replay.agent import replayable_agent
-    from ..replay.policies import load_policy
 
-    policies = {"llm": load_policy(policy_name)} if policy_name else None
+    policies = dict(_policy(spec) for spec in policy_specs)
     agent = replayable_agent(trajectory, policies)
-    if not trajectory.source.startswith(("import", "otel")) and not policy_name:
+    if not trajectory.source.startswith(("import", "otel")) and not policies:
         click.echo(
             "note: no --agent given; replaying through the replay agent (recorded steps only)",
             err=True,
         )
     return agent
+
+
+def _policy(spec: str) -> tuple[str, Any]:
+    """``--policy [KEY=]POLICY`` as ``(key, policy)`` for :func:`replayable_agent`."""
+    from ..replay.policies import load_policy
+
+    key, _, policy = spec.rpartition("=") if "=" in spec else ("llm", "", spec)
+    if not key or not policy:
+        raise click.BadParameter(f"{spec!r}: expected [KEY=]POLICY", param_hint="--policy")
+    if ":" in policy:  # module:function (or a policy class, made with no arguments)
+        target = load_entrypoint(policy, "--policy")
+        return key, target() if isinstance(target, type) else target
+    return key, load_policy(policy)

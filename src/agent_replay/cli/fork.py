@@ -43,7 +43,7 @@ def fork_command(
     session_id: str,
     agent_spec: str | None,
     verifier_spec: str | None,
-    policy_name: str | None,
+    policy_specs: tuple[str, ...],
     at_step: int,
     do_text: str | None,
     remove: bool,
@@ -66,7 +66,7 @@ def fork_command(
         kwargs["model"] = model
     with friendly_errors(), open_store(db) as store:
         parent = store.load(session_id)
-        agent = resolve_agent(agent_spec, parent, policy_name)
+        agent = resolve_agent(agent_spec, parent, policy_specs)
         child = fork(
             agent,
             parent,

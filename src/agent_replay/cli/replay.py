@@ -38,7 +38,7 @@ def replay_command(
     session_id: str,
     agent_spec: str | None,
     verifier_spec: str | None,
-    policy_name: str | None,
+    policy_specs: tuple[str, ...],
     seed: int,
     strict: bool,
     as_json: bool,
@@ -47,7 +47,7 @@ def replay_command(
     verifier = load_optional(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         traj = store.load(session_id)
-        agent = resolve_agent(agent_spec, traj, policy_name)
+        agent = resolve_agent(agent_spec, traj, policy_specs)
         result = replay(
             agent, traj, ReplayPlan.factual(), seed=seed, verifier=verifier, strict=strict
         )
