@@ -14,6 +14,12 @@ import httpx2
 
 from weather_run import ANSWER, CALL
 
+#: the error bodies the OpenAI API answers a failed request with, by HTTP status
+API_ERRORS = {
+    500: {"message": "The server had an error", "type": "server_error", "code": None},
+    429: {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"},
+}
+
 
 def chat_completion(
     number: int, model: str, message: dict[str, Any], finish: str, usage: tuple[int, int]
@@ -72,3 +78,21 @@ def weather_api(model: str) -> httpx2.MockTransport:
         return httpx2.Response(200, json=body)
 
     return httpx2.MockTransport(handle)
+
+
+def refusing(
+    status: int, api: httpx2.MockTransport, *, times: int | None = None
+) -> tuple[httpx2.MockTransport, list[httpx2.Request]]:
+    """``api`` behind a server that refuses the first ``times`` requests (all when ``None``)
+    with ``status`` and its error body (``API_ERRORS``), asking a client that retries to retry
+    after a millisecond; and the list of every request it was sent."""
+    requests: list[httpx2.Request] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        requests.append(request)
+        if times is None or len(requests) <= times:
+            body = {"error": {**API_ERRORS[status], "param": None}}
+            return httpx2.Response(status, json=body, headers={"retry-after-ms": "1"})
+        return api.handler(request)
+
+    return httpx2.MockTransport(handle), requests

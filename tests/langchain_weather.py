@@ -10,6 +10,11 @@ the model asked for, and ends with a ``StrOutputParser`` on the model's answer. 
 is ``GenericFakeChatModel`` replaying two scripted ``AIMessage`` s (a tool call, then the
 answer) with usage; its tools are bound the way OpenAI-style ``bind_tools`` binds them, so
 callbacks see the definitions in the run's ``invocation_params``.
+
+``broken_agent(handled=...)`` is the same agent with the weather service down: the tool's
+``TimeoutError`` ends the run, or its ``ToolException`` is turned by LangChain
+(``handle_tool_error=True``) into a ``ToolMessage(status="error")`` the model answers anyway;
+``assert_broken_weather`` is what the trajectory must hold then, whatever traced it.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, ToolException, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 
+from agent_replay import StepKind, Trajectory
 from fake_openai import weather_api
-from weather_run import ANSWER, CALL, SYSTEM
+from weather_run import ANSWER, CALL, SYSTEM, TIMED_OUT
 
 #: the model the fake OpenAI API answers as (``chat_openai``)
 SERVED_MODEL = "gpt-4o-2024-08-06"
@@ -86,18 +92,77 @@ def scripted_model() -> ScriptedChatModel:
     return ScriptedChatModel(messages=replies)
 
 
-def weather_loop(question: str, config: RunnableConfig) -> str:
-    chain = PROMPT | scripted_model().bind_tools([get_weather])
-    messages: list[BaseMessage] = [HumanMessage(question)]
-    while True:
-        reply = chain.invoke({"messages": messages}, config)
-        messages.append(reply)
-        if not reply.tool_calls:
-            return StrOutputParser().invoke(reply, config)
-        messages += [get_weather.invoke(call, config) for call in reply.tool_calls]
+def agent_with(weather: BaseTool) -> Runnable:
+    """The weather agent with ``weather`` as its ``get_weather`` tool."""
+
+    def weather_loop(question: str, config: RunnableConfig) -> str:
+        chain = PROMPT | scripted_model().bind_tools([weather])
+        messages: list[BaseMessage] = [HumanMessage(question)]
+        while True:
+            reply = chain.invoke({"messages": messages}, config)
+            messages.append(reply)
+            if not reply.tool_calls:
+                return StrOutputParser().invoke(reply, config)
+            messages += [weather.invoke(call, config) for call in reply.tool_calls]
+
+    return RunnableLambda(weather_loop, name="weather_agent")
 
 
-weather_agent = RunnableLambda(weather_loop, name="weather_agent")
+weather_agent = agent_with(get_weather)
+
+
+def broken_agent(*, handled: bool) -> Runnable:
+    """The weather agent with the weather service down: ``get_weather`` raises
+    ``TimeoutError``, which ends the run; ``handled``: a ``ToolException`` instead, which
+    LangChain (``handle_tool_error=True``) returns as ``ToolMessage(TIMED_OUT,
+    status="error")``."""
+
+    @tool("get_weather")
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        raise ToolException(TIMED_OUT) if handled else TimeoutError(TIMED_OUT)
+
+    weather.handle_tool_error = handled
+    return agent_with(weather)
+
+
+def assert_broken_weather(
+    traj: Trajectory,
+    *,
+    handled: bool,
+    llm_name: str,
+    error_type: str = "TimeoutError",
+    agent: str | None = "weather_agent",
+) -> None:
+    """The trajectory of ``broken_agent(handled=handled)``: the planning llm step,
+    then the tool step, failed with ``TIMED_OUT`` (type ``error_type``, or ``"error"`` when
+    LangChain handled it: nothing records the exception's type then). Handled, the tool's
+    result is the error text and the model answers after it; otherwise the run ends there,
+    failed with the same error. ``agent``: the acting agent the tracer names. The capture
+    report counts nothing missing."""
+    names = [(StepKind.LLM, llm_name), (StepKind.TOOL, "get_weather")]
+    assert [(s.kind, s.name) for s in traj.steps] == names + handled * [(StepKind.LLM, llm_name)]
+    tool_step = traj.steps[1]
+    assert {s.agent for s in traj.steps} == {agent}
+    assert (tool_step.attributes["requested_by"], tool_step.attributes["tool_call_id"]) == (0, "c1")
+    error = {"type": "error" if handled else error_type, "message": TIMED_OUT}
+    assert tool_step.error == error
+    assert [s.error for s in traj.steps if s is not tool_step] == [None] * (1 + handled)
+    if handled:
+        assert tool_step.action == TIMED_OUT  # what the model was given
+        response = traj.steps[2].inputs["messages"][-1]["parts"]
+        assert response == [{"type": "tool_call_response", "response": TIMED_OUT, "id": "c1"}]
+        assert traj.steps[2].action == [
+            {"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}
+        ]
+        assert traj.outcome is None
+    else:
+        assert tool_step.action is None
+        assert traj.outcome.failed is True and traj.outcome.error == error
+    report = traj.metadata["capture"]
+    assert report["tool_steps_without_result"] == [] and report["opaque_steps"] == []
+    assert report["unanswered_tool_calls"] == [] and report["notes"] == []
+    traj.verify()
 
 
 def chat_openai(served_model: str = SERVED_MODEL) -> ChatOpenAI:

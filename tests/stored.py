@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_replay import CheckpointStore, Trajectory
 from agent_replay.capture.processor import TrajectorySpanProcessor
 from agent_replay.ingest import import_into
@@ -26,14 +28,23 @@ def stored_trajectory(processor: TrajectorySpanProcessor, db_path: Path) -> Traj
 
 
 def captured(
-    how: str, db_path: Path, provider: tuple[Any, Any], run: Callable[[], str]
+    how: str,
+    db_path: Path,
+    provider: tuple[Any, Any],
+    run: Callable[[], str],
+    expect: str | type[BaseException] = ANSWER,
 ) -> Trajectory:
-    """Run ``run`` (the weather run: it must return its answer) once and read its trajectory
-    ``how``: ``processor`` (attached to ``provider``'s SDK provider, into SQLite) or ``spans``
-    (``from_otel_spans`` on what ``provider``'s in-memory exporter kept)."""
+    """Run ``run`` once and read its trajectory ``how``: ``processor`` (attached to
+    ``provider``'s SDK provider, into SQLite) or ``spans`` (``from_otel_spans`` on what
+    ``provider``'s in-memory exporter kept). ``expect``: what the run must return (the weather
+    run's answer), or the exception it must end in."""
     tracer_provider, exporter = provider
     processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
-    assert run() == ANSWER
+    if isinstance(expect, str):
+        assert run() == expect
+    else:
+        with pytest.raises(expect):
+            run()
     if processor is None:
         return from_otel_spans(exporter.get_finished_spans())
     return stored_trajectory(processor, db_path)

@@ -13,6 +13,8 @@ from agent_replay.model import Trajectory
 SYSTEM = "Be brief."
 QUESTION = "Weather in Paris?"
 ANSWER = "It is rainy in Paris."
+#: what the weather tool says when its service is down
+TIMED_OUT = "weather service timed out"
 CALL = {
     "id": "c1",
     "type": "function",
