@@ -219,6 +219,9 @@ def test_agent_and_chain_spans_are_containers():
     assert (named.role, named.name, named.agent) == (Role.AGENT, "bob", "bob")
     chain = map_span(span({"openinference.span.kind": "CHAIN"}, name="RunnableSequence"))
     assert (chain.role, chain.name) == (Role.WORKFLOW, "RunnableSequence")
+    # a prompt template formats the next llm call's messages: no step (regression)
+    prompt = map_span(span({"openinference.span.kind": "PROMPT"}, name="ChatPromptTemplate"))
+    assert (prompt.role, prompt.name) == (Role.WORKFLOW, "ChatPromptTemplate")
 
 
 def test_only_langgraph_react_model_node_agent_names_no_agent():
@@ -347,7 +350,7 @@ def test_retriever_and_embedding_spans():
     assert embedding.attributes["model"] == "text-embedding-3-small"
 
 
-@pytest.mark.parametrize("kind", ["RERANKER", "GUARDRAIL", "EVALUATOR", "PROMPT", "UNKNOWN", "x"])
+@pytest.mark.parametrize("kind", ["RERANKER", "GUARDRAIL", "EVALUATOR", "UNKNOWN", "x"])
 def test_other_kinds_stay_unrecognised(kind):
     mapped = map_span(span({"openinference.span.kind": kind, "output.value": "v"}, name="n"))
     assert (mapped.role, mapped.kind) == (Role.OTHER, StepKind.SPAN)

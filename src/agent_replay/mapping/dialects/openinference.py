@@ -2,8 +2,9 @@
 
 ``openinference.span.kind`` decides the role: ``LLM`` → llm step, ``TOOL`` → tool step,
 ``RETRIEVER`` → retrieval step, ``EMBEDDING`` → embedding step, ``AGENT`` names the agent of the
-steps inside it, ``CHAIN`` is a workflow around steps; every other kind (``RERANKER``,
-``GUARDRAIL``, ``EVALUATOR``, ``PROMPT``, ``UNKNOWN``) stays unrecognised.
+steps inside it, ``CHAIN`` is a workflow around steps and so is ``PROMPT`` (a prompt template
+formatting the messages of the llm call after it: no step); every other kind (``RERANKER``,
+``GUARDRAIL``, ``EVALUATOR``, ``UNKNOWN``) stays unrecognised.
 
 Messages arrive flattened, one attribute per field (``llm.input_messages.0.message.role``,
 ``llm.output_messages.0.message.tool_calls.0.tool_call.function.name``, ...). They are rebuilt
@@ -146,7 +147,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
             mapped.name = mapped.name or (agent if isinstance(agent, str) and agent else span.name)
             _fallback_content(span, mapped, state=True)
         return True
-    if kind_name in ("AGENT", "CHAIN"):
+    if kind_name in ("AGENT", "CHAIN", "PROMPT"):
         if mapped.role == Role.OTHER:
             mapped.role = Role.WORKFLOW
             mapped.name = mapped.name or span.name
