@@ -205,6 +205,31 @@ def test_langsmith_run_tree_with_dotted_order_and_child_runs():
     assert traj.task == {"question": "weather?"}
 
 
+def test_langsmith_run_error_names_what_was_raised():
+    """``@traceable`` and LangChain's tracer write a run's ``error`` as the ``repr`` of the
+    exception followed by its traceback; the failed step and run take its type and message."""
+    run_id = "44444444-4444-4444-8444-444444444444"
+    error = (
+        "TimeoutError('weather service timed out')\n\nTraceback (most recent call last):\n"
+        '  File "agent.py", line 3, in get_weather\nTimeoutError: weather service timed out'
+    )
+    run = {
+        "id": run_id,
+        "name": "get_weather",
+        "run_type": "tool",
+        "trace_id": run_id,
+        "dotted_order": "20250101T000000000000Z" + run_id,
+        "inputs": {"city": "Paris"},
+        "outputs": None,
+        "error": error,
+    }
+    (traj,) = load(run, format="langsmith")
+    (step,) = traj.steps
+    raised = {"type": "TimeoutError", "message": "weather service timed out"}
+    assert (step.kind, step.error, step.action) == (StepKind.TOOL, raised, None)
+    assert traj.outcome.failed is True and traj.outcome.error == raised
+
+
 def test_atif_steps_tool_calls_and_observations():
     (traj,) = load(FIXTURES / "atif" / "multi_tool_trajectory.json")
     assert traj.session_id == "sess-def456-multi"

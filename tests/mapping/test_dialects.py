@@ -475,7 +475,9 @@ def test_a_failing_dialect_is_noted_not_raised():
 
 def test_a_failed_span_takes_its_error_from_the_exception_event():
     """``span.record_exception`` writes the error as an ``exception`` event; many
-    instrumentations leave the status description empty, so that event is the error."""
+    instrumentations leave the status description empty or write it as ``"Type: message"`` or
+    with a traceback, so that event, the last one, is the error; without it ``error.type`` and
+    the status description are."""
     failed = NormalizedSpan(
         trace_id=TRACE,
         span_id="00f067aa0ba902b7",
@@ -494,5 +496,20 @@ def test_a_failed_span_takes_its_error_from_the_exception_event():
         status_code=2,
     )
     assert map_span(failed).error == {"type": "TimeoutError", "message": "timed out"}
-    described = dataclasses.replace(failed, status_message="503 from the weather API")
-    assert map_span(described).error["message"] == "503 from the weather API"
+    # regression: the event wins over a status description and a short error.type
+    described = dataclasses.replace(
+        failed,
+        status_message="TimeoutError: timed out",
+        attributes={**failed.attributes, "error.type": "Timeout"},
+    )
+    assert map_span(described).error == {"type": "TimeoutError", "message": "timed out"}
+    retried = SpanEvent("exception", 1, {"exception.type": "ConnectionError"})
+    twice = dataclasses.replace(failed, events=(retried, *failed.events))
+    assert map_span(twice).error == {"type": "TimeoutError", "message": "timed out"}
+    # without the event: error.type and the status description
+    bare = dataclasses.replace(described, events=())
+    assert map_span(bare).error == {"type": "Timeout", "message": "TimeoutError: timed out"}
+    assert map_span(dataclasses.replace(bare, attributes=failed.attributes)).error == {
+        "type": "error",
+        "message": "TimeoutError: timed out",
+    }

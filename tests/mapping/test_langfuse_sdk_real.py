@@ -27,6 +27,10 @@ typed by ``langfuse.observation.type``:
   ``ls_model_name`` and usage as ``{"input", "output", "total"}``; a tool run is a ``tool`` with
   the arguments as input, the returned ``ToolMessage``'s fields as output and the call id in
   ``metadata.tool_call_id``. The session comes from the ``langfuse_session_id`` metadata.
+  A tool run that raised, and one LangChain handled into a ``ToolMessage`` of status
+  ``error``, are observations of level ERROR (span status ERROR) with the error text as status
+  message; so is the agent's when the error ended the run. No exception event and no
+  ``error.type``: the exception's type is nowhere.
 """
 
 from __future__ import annotations
@@ -48,18 +52,26 @@ from langfuse.langchain import CallbackHandler
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_replay import CheckpointStore, StepKind
 from agent_replay.interop import from_otel_spans
 from agent_replay.mapping import map_span
 from agent_replay.mapping.spans import from_readable_span
 from agent_replay.otel import attach
-from fake_openai import chat_completion
-from langchain_weather import MODEL_RUN, weather_agent
+from fake_openai import refusing, weather_api
+from langchain_weather import (
+    MODEL_RUN,
+    assert_broken_weather,
+    broken_agent,
+    weather_agent,
+)
+from stored import captured
 from weather_run import (
     ANSWER,
     CALL,
     QUESTION,
+    TIMED_OUT,
     TOOL,
     TOOL_DEFINITION,
     assert_weather_trajectory,
@@ -244,34 +256,16 @@ def drop_in() -> Iterator[Any]:
         assert not any(wrapped())
 
 
-def openai_api(*, rate_limited: bool = False) -> httpx2.MockTransport:
-    """The chat-completions API of the weather run: a tool call, then (once the tool result is
-    sent) the answer. ``rate_limited``: the first request is refused with a 429."""
-    requests: list[Any] = []
-
-    def handle(request: httpx2.Request) -> httpx2.Response:
-        requests.append(request)
-        if rate_limited and len(requests) == 1:
-            error = {"message": "Rate limit reached", "code": "rate_limit_exceeded"}
-            return httpx2.Response(429, json={"error": error})
-        if json.loads(request.content)["messages"][-1]["role"] == "tool":
-            message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
-            finish, usage = "stop", (20, 6)
-        else:
-            message, finish, usage = TOOL_CALL_MESSAGE, "tool_calls", (12, 5)
-        body = chat_completion(len(requests), SERVED_MODEL, message, finish, usage)
-        return httpx2.Response(200, json=body)
-
-    return httpx2.MockTransport(handle)
-
-
 def run_openai_agent(drop_in: Any, *, rate_limited: bool = False) -> str:
     """The weather run on the drop-in client; after a rate-limited call the agent asks again."""
+    api = weather_api(SERVED_MODEL)
+    if rate_limited:
+        api, _ = refusing(429, api, times=1)
     client = drop_in.OpenAI(
         api_key="sk-test",
         base_url="http://127.0.0.1:9/v1",
         max_retries=0,
-        http_client=httpx2.Client(transport=openai_api(rate_limited=rate_limited)),
+        http_client=httpx2.Client(transport=api),
     )
     get_weather = observed_tool()
 
@@ -431,3 +425,39 @@ def test_langchain_through_the_langfuse_callback_handler(recorded, tmp_path):
         assert store.session_ids() == [SESSION]
         stored = store.load(SESSION)
     assert [s.step_hash for s in stored.steps] == [s.step_hash for s in traj.steps]
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "raised"])
+def test_langchain_tool_that_fails_through_the_callback_handler(recorded, db_path, handled, how):
+    """The handler ends a tool run that raised, and one whose ``ToolMessage`` has status
+    ``error``, as an observation of level ERROR (span status ERROR) with the error text as
+    status message; it records no exception event and no exception type."""
+    _, provider, exporter = recorded
+    agent = broken_agent(handled=handled)
+    config = {
+        "callbacks": [CallbackHandler(public_key=PUBLIC_KEY)],
+        "metadata": {"langfuse_session_id": SESSION},
+    }
+    expect = ANSWER if handled else TimeoutError
+    traj = captured(
+        how, db_path, (provider, exporter), lambda: agent.invoke(QUESTION, config), expect=expect
+    )
+
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    failed = [spans["get_weather"]] + (not handled) * [spans["weather_agent"]]
+    for span in failed:
+        assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, TIMED_OUT)
+        assert span.attributes["langfuse.observation.level"] == "ERROR"
+        assert span.attributes["langfuse.observation.status_message"] == TIMED_OUT
+        assert span.events == () and "error.type" not in span.attributes
+    output = spans["get_weather"].attributes.get("langfuse.observation.output")
+    if handled:
+        message = json.loads(output)
+        assert (message["content"], message["status"]) == (TIMED_OUT, "error")
+        assert spans["weather_agent"].status.status_code is StatusCode.UNSET
+    else:
+        assert output is None
+
+    assert traj.session_id == SESSION
+    assert_broken_weather(traj, handled=handled, llm_name=MODEL_RUN, error_type="error")

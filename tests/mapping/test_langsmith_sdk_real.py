@@ -18,6 +18,12 @@ in its OTel-only tracing mode, in which it never calls the LangSmith API; it is 
   ``gen_ai.tool.definitions``, and usage is in ``gen_ai.usage.*``; a tool run has
   ``gen_ai.tool.call.id`` and, as ``gen_ai.completion``, ``{"output": <the ToolMessage's
   fields>}``.
+
+A run that raised is exported as a span of status ERROR without a description, its
+``gen_ai.completion`` ``{}`` and one ``exception`` event of type ``Exception`` whose message is
+the run's error text: the ``repr`` of the exception followed by its traceback. A
+``ToolException`` LangChain handled is a tool run of status OK whose output is the
+``ToolMessage`` of status ``error``.
 """
 
 from __future__ import annotations
@@ -35,14 +41,22 @@ from langsmith import utils as ls_utils
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_replay import StepKind
 from agent_replay.interop import from_otel_spans
-from langchain_weather import MODEL_RUN, weather_agent
+from langchain_weather import (
+    MODEL_RUN,
+    assert_broken_weather,
+    broken_agent,
+    weather_agent,
+)
+from stored import captured
 from weather_run import (
     ANSWER,
     CALL,
     QUESTION,
+    TIMED_OUT,
     TOOL,
     TOOL_DEFINITION,
     assert_weather_trajectory,
@@ -60,8 +74,9 @@ def clear_env_caches() -> None:
 
 
 @pytest.fixture
-def recorded(monkeypatch) -> Iterator[tuple[Any, InMemorySpanExporter]]:
-    """A LangSmith client in OTel-only mode that records into a private provider."""
+def recorded(monkeypatch) -> Iterator[tuple[Any, TracerProvider, InMemorySpanExporter]]:
+    """A LangSmith client in OTel-only mode that records into a private provider:
+    ``(client, provider, exporter)``."""
     for name in ("TRACING_MODE", "RUNS_ENDPOINTS", "WORKSPACE_ID", "PROFILE"):
         monkeypatch.delenv("LANGSMITH_" + name, raising=False)
     monkeypatch.setenv("LANGSMITH_TRACING", "true")
@@ -78,7 +93,7 @@ def recorded(monkeypatch) -> Iterator[tuple[Any, InMemorySpanExporter]]:
     client = langsmith.Client(otel_tracer_provider=provider)
     try:
         assert client.tracing_mode == "otel"  # OTel export only: no LangSmith API calls
-        yield client, exporter
+        yield client, provider, exporter
     finally:
         client.close(timeout=5)  # drains the tracing queue, stops its thread
         provider.shutdown()
@@ -128,7 +143,7 @@ def run_agent(client: Any, *, tool_fails: bool = False) -> str:
 
 
 def test_real_langsmith_otel_spans_make_a_trajectory(recorded):
-    client, exporter = recorded
+    client, _, exporter = recorded
     assert run_agent(client) == ANSWER
     spans = {s.name: s for s in exporter.get_finished_spans()}
 
@@ -156,23 +171,30 @@ def test_real_langsmith_otel_spans_make_a_trajectory(recorded):
 
 
 def test_real_langsmith_otel_spans_with_a_failing_tool(recorded):
-    client, exporter = recorded
+    client, _, exporter = recorded
     assert run_agent(client, tool_fails=True) == ANSWER
     traj = from_otel_spans(exporter.get_finished_spans())
     assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
     tool = traj.steps[1]
     assert tool.inputs == {"arguments": {"city": "Paris"}}
-    # the run's error (repr and traceback), which the exporter puts in an exception event only
-    assert tool.error["type"] == "Exception"  # the exception event's type, as LangSmith writes it
-    assert tool.error["message"].startswith("TimeoutError('weather service timed out')")
+    # the run's error is only in an exception event of type Exception, whose message is the
+    # repr of what was raised and the traceback; regression: read as that repr says
+    (failed,) = [s for s in exporter.get_finished_spans() if s.name == "get_weather"]
+    (event,) = failed.events
+    assert (failed.status.description, event.attributes["exception.type"]) == (None, "Exception")
+    assert event.attributes["exception.message"].startswith(
+        "TimeoutError('weather service timed out')\n\nTraceback (most recent call last):"
+    )
+    assert tool.error == {"type": "TimeoutError", "message": "weather service timed out"}
     assert tool.action is None  # outputs were {"output": null}
+    assert traj.outcome is None  # the agent went on
     assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == (
         "error: weather service timed out"
     )
 
 
 def test_langchain_through_langsmiths_tracer_in_otel_only_mode(recorded):
-    client, exporter = recorded
+    client, _, exporter = recorded
     with langsmith.tracing_context(client=client, metadata={"thread_id": "t1"}):
         assert weather_agent.invoke(QUESTION) == ANSWER
     client.flush()
@@ -211,3 +233,45 @@ def test_langchain_through_langsmiths_tracer_in_otel_only_mode(recorded):
     # gen_ai.tool.definitions and the tool's result out of its ToolMessage
     assert_weather_trajectory(traj, llm_names=(MODEL_RUN, MODEL_RUN), tools=[TOOL_DEFINITION])
     assert {s.agent for s in traj.steps} == {None}  # chains are workflows, not agents
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "raised"])
+def test_langchain_tool_that_fails_through_langsmiths_tracer(recorded, db_path, handled, how):
+    """Raised, the tool's and the agent's runs are exported as spans of status ERROR, no
+    description, outputs ``{}`` and one exception event of type ``Exception`` holding the run's
+    error text (the repr of the ``TimeoutError`` and the traceback); handled, the tool run is
+    OK and its output the ``ToolMessage`` of status ``error``."""
+    client, provider, exporter = recorded
+    agent = broken_agent(handled=handled)
+
+    def run() -> str:
+        try:
+            with langsmith.tracing_context(client=client, metadata={"thread_id": "t1"}):
+                return agent.invoke(QUESTION)
+        finally:
+            client.flush()
+
+    expect = ANSWER if handled else TimeoutError
+    traj = captured(how, db_path, (provider, exporter), run, expect=expect)
+
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    tool_run = spans["get_weather"]
+    if handled:
+        assert tool_run.status.status_code is StatusCode.OK and not tool_run.events
+        message = json.loads(tool_run.attributes["gen_ai.completion"])["output"]
+        assert (message["content"], message["status"]) == (TIMED_OUT, "error")
+    else:
+        for span in (tool_run, spans["weather_agent"]):
+            assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, None)
+            assert span.attributes["gen_ai.completion"] == "{}"
+            (event,) = span.events
+            assert event.attributes["exception.type"] == "Exception"
+            assert event.attributes["exception.message"].startswith(
+                f"TimeoutError('{TIMED_OUT}')Traceback (most recent call last):"
+            )
+
+    # regressions: the error read out of the run's error text; outputs {} are no result
+    assert traj.session_id == "t1"
+    # (LangSmith's chain runs are workflows: no run names the agent)
+    assert_broken_weather(traj, handled=handled, llm_name=MODEL_RUN, agent=None)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_replay.mapping import llm_inputs
+from agent_replay.mapping import MappedSpan, NormalizedSpan, llm_inputs
 from agent_replay.mapping.messages import (
     call_id,
     normalize_messages,
@@ -13,7 +13,6 @@ from agent_replay.mapping.messages import (
     requested_tool_calls,
     tool_message,
     tool_responses,
-    tool_result,
 )
 
 # The same conversation (system, user, assistant tool call, tool result) in every accepted
@@ -219,19 +218,47 @@ def test_system_and_tools():
     assert llm_inputs(None) is None
 
 
+def tool_result(value: object) -> tuple[object, object]:
+    """``(result, error)`` of a tool step whose recorded output is ``value``."""
+    mapped = MappedSpan(span=NormalizedSpan(trace_id="t1", span_id="s1", name="get_weather"))
+    mapped.set_tool_output(value)
+    return mapped.action, mapped.error
+
+
 def test_a_langchain_tool_message_as_a_tool_output_is_its_content():
     fields = {"content": "rainy", "type": "tool", "tool_call_id": "c1", "status": "success"}
-    assert tool_result(fields) == "rainy"  # LangSmith's tracer, Langfuse's callback handler
+    # LangSmith's tracer, Langfuse's callback handler
+    assert tool_result(fields) == ("rainy", None)
     lc = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"]}
-    assert tool_result({**lc, "kwargs": fields}) == "rainy"
+    assert tool_result({**lc, "kwargs": fields}) == ("rainy", None)
     # LangChain's message_to_dict form (openinference-langchain)
     assert tool_message({"type": "tool", "data": fields}) == fields
-    assert tool_result({"type": "tool", "data": fields}) == "rainy"
+    assert tool_result({"type": "tool", "data": fields}) == ("rainy", None)
     # anything else is what the tool returned
-    assert tool_result({"type": "tool", "content": "x"}) == {"type": "tool", "content": "x"}
+    assert tool_result({"type": "tool", "content": "x"}) == ({"type": "tool", "content": "x"}, None)
     human = {**lc, "id": ["HumanMessage"], "kwargs": fields}
-    assert tool_result(human) == human
-    assert tool_result("rainy") == "rainy"
+    assert tool_result(human) == (human, None)
+    assert tool_result("rainy") == ("rainy", None)
+
+
+def test_a_tool_message_of_status_error_is_a_failed_step_with_its_content_as_result():
+    """What LangChain makes of a tool error it handled (``handle_tool_error``)."""
+    fields = {"content": "timed out", "type": "tool", "tool_call_id": "c1", "status": "error"}
+    failed = ("timed out", {"type": "error", "message": "timed out"})
+    assert tool_result(fields) == failed
+    lc = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"]}
+    assert tool_result({**lc, "kwargs": fields}) == failed
+    assert tool_result({"type": "tool", "data": fields}) == failed
+    blocks = [{"type": "text", "text": "timed out"}]
+    assert tool_result({**fields, "content": blocks}) == (
+        blocks,
+        {"type": "error", "message": json.dumps(blocks)},
+    )
+    # a dialect with precedence that said how the step failed is kept
+    mapped = MappedSpan(span=NormalizedSpan(trace_id="t1", span_id="s1", name="get_weather"))
+    mapped.error = {"type": "TimeoutError", "message": "timed out"}
+    mapped.set_tool_output(fields)
+    assert mapped.error == {"type": "TimeoutError", "message": "timed out"}
 
 
 json_values = st.recursive(

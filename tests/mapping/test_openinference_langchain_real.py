@@ -29,6 +29,13 @@ What openinference-instrumentation-langchain 0.1.80 emits (langchain-core 1.8.3,
   ``llm.input_messages`` of the first message only. ``metadata`` holds LangGraph's
   ``langgraph_node`` / ``langgraph_step`` ...; ``thread_id`` becomes ``session.id``. No
   ``agent.name`` attribute anywhere.
+* a prompt template (``ChatPromptTemplate``) → ``PROMPT`` span, read as formatting inside the
+  workflow, not a step.
+* a run that raised: status ERROR with, as description, the error's repr and traceback
+  (``TimeoutError('...')Traceback ...``), and an ``exception`` event (``TimeoutError``, the
+  message); no ``output.value``. A ``ToolException`` LangChain handled
+  (``handle_tool_error``) is a TOOL span of status OK whose output is the ``ToolMessage`` of
+  status ``error``.
 * ``TraceConfig(hide_inputs=True, hide_outputs=True)`` (or ``OPENINFERENCE_HIDE_INPUTS`` /
   ``OPENINFERENCE_HIDE_OUTPUTS``): the same spans, ``input.value`` / ``output.value`` are the
   text ``__REDACTED__``, no ``llm.input_messages`` / ``llm.output_messages`` / ``llm.tools``.
@@ -50,11 +57,18 @@ from langgraph.prebuilt import create_react_agent
 from openinference.instrumentation import TraceConfig, using_session
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_replay import StepKind
-from langchain_weather import MODEL_RUN, get_weather, scripted_model
+from langchain_weather import (
+    MODEL_RUN,
+    assert_broken_weather,
+    broken_agent,
+    get_weather,
+    scripted_model,
+)
 from stored import captured
-from weather_run import ANSWER, CALL_PART, QUESTION, assert_weather_trajectory, text
+from weather_run import ANSWER, CALL_PART, QUESTION, TIMED_OUT, assert_weather_trajectory, text
 
 SYSTEM = "Be brief."
 USER = text("user", QUESTION)
@@ -283,3 +297,39 @@ def test_calls_without_a_parent_run_are_one_trajectory_under_using_session(
     tool_step = traj.steps[1]
     assert (tool_step.attributes["requested_by"], tool_step.attributes["tool_call_id"]) == (0, "c1")
     assert traj.metadata["capture"]["replayable"] is True
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "raised"])
+def test_a_tool_that_fails_is_a_failed_tool_step(db_path, provider, instrument, handled, how):
+    """``langchain_weather``'s agent with the weather service down (its prompt templates are
+    ``PROMPT`` spans). Raised, the tool's and the agent's spans end in ERROR with the exception
+    event and, as description, the repr and traceback of the error; handled, the TOOL span is
+    OK and its output the ``ToolMessage`` of status ``error``."""
+    instrument()
+    agent = broken_agent(handled=handled)
+    expect = ANSWER if handled else TimeoutError
+    traj = captured(how, db_path, provider, lambda: agent.invoke(QUESTION), expect=expect)
+
+    (tool_span,) = spans_named(provider[1], "get_weather")
+    (root,) = spans_named(provider[1], "weather_agent")
+    prompts = spans_named(provider[1], "ChatPromptTemplate")
+    assert {p.attributes["openinference.span.kind"] for p in prompts} == {"PROMPT"}
+    if handled:
+        assert tool_span.status.status_code is StatusCode.OK and not tool_span.events
+        message = json.loads(tool_span.attributes["output.value"])["data"]
+        assert (message["content"], message["status"]) == (TIMED_OUT, "error")
+    else:
+        for span in (tool_span, root):
+            assert span.status.status_code is StatusCode.ERROR
+            assert span.status.description.startswith(f"TimeoutError('{TIMED_OUT}')Traceback")
+            (event,) = span.events
+            assert (event.attributes["exception.type"], event.attributes["exception.message"]) == (
+                "TimeoutError",
+                TIMED_OUT,
+            )
+            assert "output.value" not in span.attributes
+
+    # regressions: the exception event's message, not the description; the ToolMessage's
+    # status; prompt templates are no (opaque) steps
+    assert_broken_weather(traj, handled=handled, llm_name=MODEL_RUN)

@@ -54,6 +54,23 @@ What 0.62.4 emits:
   span carrying the ``thread_id`` as ``gen_ai.conversation.id``. A chat model's span is not
   made current: the instrumentation sets LangChain's suppression key instead, so Traceloop's
   OpenAI instrumentor writes no span for a ``ChatOpenAI`` call.
+
+Failures, here for the three OpenAI instrumentations (Traceloop's, OpenInference's
+``openinference-instrumentation-openai`` 0.1.66 and OTel's ``opentelemetry-instrumentation-genai-
+openai`` 1.3b0) and Traceloop's LangChain instrumentation:
+
+* A refused call (the API answers 500 or 429, ``max_retries=0``): the call's span has status
+  ERROR. Traceloop: ``error.type`` the bare class name (``InternalServerError``), the
+  exception's message as description, an ``exception`` event with the qualified type
+  (``openai.InternalServerError``). OpenInference: no ``error.type``, ``"Type: message"`` as
+  description, the event. OTel: ``error.type`` qualified, the message as description, no
+  event. A call the client retried (429, then 200, ``max_retries=2``) is one span that did not
+  fail: the instrumentations wrap the client's method, not its HTTP attempts.
+* A LangChain tool that raises: its ``execute_tool`` span and the workflow's end in ERROR
+  with ``error.type``, the message as description, the event, ``gen_ai.task.status=failure``
+  and no output. A ``ToolException`` LangChain handles (``handle_tool_error``) is a tool run
+  that returned: status UNSET, ``gen_ai.task.status=success``, the ``ToolMessage`` of status
+  ``error`` as its output.
 """
 
 from __future__ import annotations
@@ -85,19 +102,29 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_replay import StepKind, Trajectory
 from agent_replay.ingest import load_many
 from agent_replay.mapping.dialects.openllmetry import LANGCHAIN_SCOPE, NO_CONTENT
 from agent_replay.otel import attach
-from fake_openai import weather_api
-from langchain_weather import SERVED_MODEL, chat_openai, get_weather, scripted_model, weather_agent
+from fake_openai import API_ERRORS, refusing, weather_api
+from langchain_weather import (
+    SERVED_MODEL,
+    assert_broken_weather,
+    broken_agent,
+    chat_openai,
+    get_weather,
+    scripted_model,
+    weather_agent,
+)
 from stored import captured, recorded, stored_trajectory
 from weather_run import (
     ANSWER,
     CALL_PART,
     QUESTION,
     SYSTEM,
+    TIMED_OUT,
     TOOL,
     TOOL_DEFINITION,
     assert_weather_trajectory,
@@ -107,6 +134,7 @@ from weather_run import (
 CLAUDE = "claude-sonnet-4-6"
 TOOL_USE_ID = "toolu_01"
 RESULT = "rainy in Paris"
+GAVE_UP = "The weather service is down."
 USER = text("user", QUESTION)
 SYSTEM_PARTS = [{"type": "text", "content": SYSTEM}]
 Provider = tuple[TracerProvider, InMemorySpanExporter]
@@ -115,12 +143,15 @@ Provider = tuple[TracerProvider, InMemorySpanExporter]
 # -- the apps ----------------------------------------------------------------------------------
 
 
-def openai_client() -> openai.OpenAI:
+def openai_client(
+    api: httpx2.MockTransport | None = None, *, max_retries: int = 0
+) -> openai.OpenAI:
+    """The OpenAI client on ``api`` (the weather run's API by default)."""
     return openai.OpenAI(
         api_key="sk-test",
         base_url="http://127.0.0.1:9/v1",
-        http_client=httpx2.Client(transport=weather_api(SERVED_MODEL)),
-        max_retries=0,
+        http_client=httpx2.Client(transport=api or weather_api(SERVED_MODEL)),
+        max_retries=max_retries,
     )
 
 
@@ -185,15 +216,23 @@ def tool_span(tracer: trace.Tracer, call_id: str, arguments: dict[str, Any]) -> 
     )
 
 
-def run_openai(tracer_provider: TracerProvider) -> str:
-    """The weather agent on the OpenAI client: a tool call, the tool, the answer."""
-    client, tracer = openai_client(), tracer_provider.get_tracer("weather.app")
+def run_openai(
+    tracer_provider: TracerProvider, client: openai.OpenAI | None = None, *, give_up: bool = False
+) -> str:
+    """The weather agent on the OpenAI client: a tool call, the tool, the answer. An API error
+    ends the run, or (``give_up``) the agent catches it and answers ``GAVE_UP``."""
+    client, tracer = client or openai_client(), tracer_provider.get_tracer("weather.app")
     with agent_span(tracer):
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": QUESTION},
         ]
-        first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=[TOOL])
+        try:
+            first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=[TOOL])
+        except openai.APIStatusError:
+            if give_up:
+                return GAVE_UP
+            raise
         (call,) = first.choices[0].message.tool_calls
         with tool_span(tracer, call.id, json.loads(call.function.arguments)):
             pass
@@ -725,3 +764,139 @@ def test_langchain_and_an_openai_instrumentor_make_one_llm_step_per_call(
     assert {s.agent for s in traj.steps} == {"weather_agent"}
     if vendor == "openinference":  # no response id there: matched by the same output
         assert "openinference" in first.attributes["dialect"].split(",")
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+#: the llm step of one ``chat.completions.create`` as each OpenAI instrumentation names it
+CHAT_SPAN = {"traceloop": "openai.chat", "openinference": "ChatCompletion", "gen_ai": "chat gpt-4o"}
+OPENAI_VENDORS = pytest.mark.parametrize("vendor", list(CHAT_SPAN))
+
+
+def openai_call_spans(provider: Provider) -> list[Any]:
+    """The spans an OpenAI instrumentation wrote (not the app's agent and tool spans)."""
+    return [
+        s for s in provider[1].get_finished_spans() if s.instrumentation_scope.name != "weather.app"
+    ]
+
+
+@HOW
+@OPENAI_VENDORS
+@pytest.mark.parametrize(("status", "give_up"), [(500, False), (429, True)])
+def test_a_refused_openai_call_is_a_failed_llm_step(
+    db_path, provider, traceloop, monkeypatch, vendor, status, give_up, how
+):
+    """The API answers ``status`` with its error body, the client does not retry; the agent lets
+    the ``openai.APIStatusError`` end the run, or catches it and gives up. Each instrumentation
+    ends its span with status ERROR and says what failed its own way; the step reads the same."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    traceloop(openai_instrumentor(vendor))
+    api, requests = refusing(status, weather_api(SERVED_MODEL))
+    raised = openai.InternalServerError if status == 500 else openai.RateLimitError
+    traj = captured(
+        how,
+        db_path,
+        provider,
+        lambda: run_openai(provider[0], openai_client(api), give_up=give_up),
+        expect=GAVE_UP if give_up else raised,
+    )
+    assert len(requests) == 1  # max_retries=0
+    described = f"Error code: {status} - {API_ERRORS[status]['message']}"
+    error = {"type": f"openai.{raised.__name__}", "message": described}
+
+    # what each instrumentation writes on the call's span
+    (span,) = openai_call_spans(provider)
+    assert span.name == CHAT_SPAN[vendor] and span.status.status_code is StatusCode.ERROR
+    events = [e.attributes for e in span.events if e.name == "exception"]
+    if vendor == "gen_ai":  # the type qualified, no exception event
+        assert (span.attributes["error.type"], span.status.description) == (
+            error["type"],
+            described,
+        )
+        assert events == []
+    elif vendor == "openinference":  # no error.type, "Type: message" as the description
+        assert "error.type" not in span.attributes
+        assert span.status.description == f"{raised.__name__}: {described}"
+    else:  # the bare class name as error.type
+        assert (span.attributes["error.type"], span.status.description) == (
+            raised.__name__,
+            described,
+        )
+    if vendor != "gen_ai":
+        (event,) = events
+        assert (event["exception.type"], event["exception.message"]) == (error["type"], described)
+
+    # regression: one error whatever wrote it (the exception event's over the others)
+    (step,) = traj.steps
+    assert (step.kind, step.name, step.agent) == (StepKind.LLM, CHAT_SPAN[vendor], "weather_agent")
+    assert step.error == error
+    assert step.inputs["messages"] == [text("system", SYSTEM), USER] and step.action is None
+    if give_up:
+        assert traj.outcome is None  # the agent answered: nothing says the run failed
+    else:
+        assert traj.outcome.failed is True and traj.outcome.error == error
+    report = traj.metadata["capture"]
+    assert report["steps_without_content"] == [] and report["notes"] == []
+    assert report["unanswered_tool_calls"] == [] and report["replayable"] is True
+
+
+@HOW
+@OPENAI_VENDORS
+def test_a_call_the_client_retried_is_one_llm_step_that_did_not_fail(
+    db_path, provider, traceloop, monkeypatch, vendor, how
+):
+    """``max_retries=2``: the first request is refused with a 429, the client retries it and
+    gets the answer. The instrumentations wrap the client's method, not its HTTP attempts: one
+    span per call, which says nothing of the refused attempt."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    traceloop(openai_instrumentor(vendor))
+    api, requests = refusing(429, weather_api(SERVED_MODEL), times=1)
+    client = openai_client(api, max_retries=2)
+    traj = captured(how, db_path, provider, lambda: run_openai(provider[0], client))
+    assert len(requests) == 3  # the first call twice, the second once
+
+    calls = openai_call_spans(provider)
+    assert [s.name for s in calls] == [CHAT_SPAN[vendor]] * 2
+    for span in calls:
+        assert span.status.status_code is not StatusCode.ERROR
+        assert span.events == () and "error.type" not in span.attributes
+
+    assert_weather_trajectory(traj, llm_names=(CHAT_SPAN[vendor],) * 2, tools=[TOOL_DEFINITION])
+    assert [s.error for s in traj.steps] == [None, None, None]
+    assert traj.outcome is None
+
+
+@HOW
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "raised"])
+def test_langchain_tool_that_fails_is_a_failed_tool_step(
+    db_path, provider, traceloop, handled, how
+):
+    """The tool's error ends the run, or LangChain hands it to the model as a
+    ``ToolMessage(status="error")``; then the instrumentation records a tool run that
+    succeeded, whose output is that message."""
+    traceloop(LangchainInstrumentor())
+    agent = broken_agent(handled=handled)
+    expect = ANSWER if handled else TimeoutError
+    traj = captured(how, db_path, provider, lambda: agent.invoke(QUESTION), expect=expect)
+
+    (tool_run,) = spans_named(provider, "execute_tool get_weather")
+    (root,) = spans_named(provider, "weather_agent.workflow")
+    if handled:
+        assert tool_run.status.status_code is StatusCode.UNSET
+        assert tool_run.attributes["gen_ai.task.status"] == "success" and not tool_run.events
+        output = json.loads(tool_run.attributes["traceloop.entity.output"])["output"]["kwargs"]
+        assert (output["content"], output["status"]) == (TIMED_OUT, "error")
+    else:
+        for span in (tool_run, root):
+            assert (span.status.status_code, span.status.description) == (
+                StatusCode.ERROR,
+                TIMED_OUT,
+            )
+            assert span.attributes["error.type"] == "TimeoutError"
+            assert span.attributes["gen_ai.task.status"] == "failure"
+            assert "traceloop.entity.output" not in span.attributes
+            (event,) = span.events
+            assert event.attributes["exception.type"] == "TimeoutError"
+
+    # regression (handled): the ToolMessage's status makes the step failed
+    assert_broken_weather(traj, handled=handled, llm_name="ScriptedChatModel.chat")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..mapping import MappedSpan, map_span
 from ..mapping.assemble import assemble_mapped
-from ..mapping.dialects.langsmith import THREAD_KEYS, read_run
+from ..mapping.dialects.langsmith import THREAD_KEYS, read_run, run_error
 from ..mapping.spans import NormalizedSpan
 from ..model import Trajectory
 from ._common import Reject, timestamp_ns
@@ -127,7 +127,7 @@ def _mapped(run: dict) -> MappedSpan:
     for key in THREAD_KEYS:
         mapped.set_conversation(metadata.get(key))
     if error:
-        mapped.error = {"type": "error", "message": str(error)}
+        mapped.error = run_error(error)
     for key, attr in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
         mapped.set_attr(attr, run.get(key))
     mapped.set_attr("provider", metadata.get("ls_provider"))

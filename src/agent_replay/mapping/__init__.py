@@ -29,6 +29,7 @@ from .messages import (
     normalize_system,
     normalize_tools,
     requested_tool_calls,
+    tool_message,
 )
 from .spans import LogEvent, NormalizedSpan, SpanEvent
 
@@ -44,6 +45,7 @@ __all__ = [
     "map_span",
     "parse_json",
     "register_dialect",
+    "span_error",
 ]
 
 #: Dialect names from highest to lowest precedence; unknown names rank after all of these.
@@ -119,6 +121,21 @@ class MappedSpan:
         self.set_output(normalized)
         if not self.requested_tool_calls:
             self.requested_tool_calls = [i for i, _ in requested_tool_calls(normalized) if i]
+
+    def set_tool_output(self, value: Any) -> None:
+        """Set a tool step's result from its recorded output: a LangChain ``ToolMessage`` (see
+        :func:`~.messages.tool_message`) gives its content, what the model got; one of
+        ``status="error"`` (a tool error LangChain handled, ``handle_tool_error``) is a failed
+        step too, unless a dialect with precedence already said how the step failed."""
+        fields = tool_message(value)
+        if fields is None:
+            self.set_output(value)
+            return
+        content = fields["content"]
+        self.set_output(content)
+        if fields.get("status") == "error" and self.error is None:
+            message = content if isinstance(content, str) else json.dumps(content, default=str)
+            self.error = {"type": "error", "message": message}
 
     def set_step(self, kind: StepKind, name: str | None) -> None:
         """Claim the span as a step of ``kind`` unless a dialect with precedence already said
@@ -201,15 +218,21 @@ def map_span(span: NormalizedSpan) -> MappedSpan:
     if mapped.name is None:
         mapped.name = span.name or "span"
     if mapped.error is None and span.status_code == 2:
-        # the OTel exception event (span.record_exception) says what the status often does not
-        raised = next((e.attributes for e in span.events if e.name == "exception"), {})
-        mapped.error = {
-            "type": str(
-                span.attributes.get("error.type") or raised.get("exception.type") or "error"
-            ),
-            "message": span.status_message or str(raised.get("exception.message") or ""),
-        }
+        mapped.error = span_error(span)
     return mapped
+
+
+def span_error(span: NormalizedSpan) -> dict[str, str]:
+    """``{type, message}`` of a span that ended in error. The last OTel ``exception`` event
+    (``span.record_exception``) names the exception that ended it, as every instrumentation
+    checked writes it (the type qualified by its module, the bare message); without one,
+    ``error.type`` and the status description (which some write as ``"Type: message"`` or
+    with a traceback, others leave empty) say what they can."""
+    raised = next((e.attributes for e in reversed(span.events) if e.name == "exception"), {})
+    return {
+        "type": str(raised.get("exception.type") or span.attributes.get("error.type") or "error"),
+        "message": str(raised.get("exception.message") or span.status_message or ""),
+    }
 
 
 def parse_json(value: Any) -> Any:

@@ -530,7 +530,7 @@ def capture_report(
     """What an imported or captured trajectory lacks for replay, computed from its steps.
 
     Keys: ``steps``, ``dialects``, ``steps_without_content`` (indices),
-    ``tool_steps_without_result``, ``opaque_steps`` (names), ``truncated_steps``,
+    ``tool_steps_without_result`` (not failed ones), ``opaque_steps`` (names), ``truncated_steps``,
     ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
     nothing answered), ``notes`` (sentences for people) and ``replayable`` (content everywhere
     and nothing truncated); ``spans`` / ``log_records`` when the caller knows them.
@@ -540,7 +540,12 @@ def capture_report(
         for i, s in enumerate(steps)
         if s.kind is not StepKind.SPAN and s.inputs is None and s.action is None
     ]
-    no_result = [i for i, s in enumerate(steps) if s.kind is StepKind.TOOL and s.action is None]
+    # a tool that raised has no result to record: its error is what it gave
+    no_result = [
+        i
+        for i, s in enumerate(steps)
+        if s.kind is StepKind.TOOL and s.action is None and s.error is None
+    ]
     opaque = [s.name for s in steps if s.kind is StepKind.SPAN]
     truncated = [i for i, s in enumerate(steps) if s.attributes.get("dropped_attributes")]
     synthesized = [i for i, s in enumerate(steps) if s.attributes.get("synthesized")]

@@ -41,7 +41,6 @@ __all__ = [
     "tool_call_parts",
     "tool_message",
     "tool_responses",
-    "tool_result",
     "with_normalized_messages",
 ]
 
@@ -484,13 +483,6 @@ def tool_message(value: Any) -> dict[str, Any] | None:
     if isinstance(fields, dict) and "content" in fields and "tool_call_id" in fields:
         return fields
     return None
-
-
-def tool_result(value: Any) -> Any:
-    """What a tool gave the model: the content of a serialised ``ToolMessage`` (see
-    :func:`tool_message`); any other value unchanged."""
-    fields = tool_message(value)
-    return value if fields is None else fields["content"]
 
 
 def _parts(messages: Any) -> Iterable[dict[str, Any]]:

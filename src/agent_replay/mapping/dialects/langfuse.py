@@ -19,7 +19,6 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import tool_result
 
 PREFIX = "langfuse.observation."
 _STEP_TYPES = {
@@ -69,7 +68,7 @@ def read_observation(
         if has_inputs and inputs is not None:
             mapped.set_inputs({"arguments": inputs})
         if has_output:
-            mapped.set_output(tool_result(output))
+            mapped.set_tool_output(output)
     else:
         if has_inputs:
             if mapped.role in (Role.AGENT, Role.WORKFLOW) and _looks_like_messages(inputs):

@@ -3,8 +3,11 @@
 LangSmith writes the run's whole ``inputs`` as ``gen_ai.prompt`` and whole ``outputs`` as
 ``gen_ai.completion`` (JSON, not indexed), so it must be read before the generic GenAI dialect.
 ``@traceable`` records a function's arguments by name and a return value that is not a dict as
-``{"output": value}``; a run's error is only in an ``exception`` span event (read for every
-span by :func:`~agent_replay.mapping.map_span`). LangChain runs (traced by LangSmith's
+``{"output": value}``. A failed run (langsmith 0.15.1) is a span of status ERROR without a
+description, its ``gen_ai.completion`` ``{}`` (no output), whose only ``exception`` event is of
+type ``Exception``, its message the run's ``error`` text: the ``repr`` of what was raised
+followed by its traceback (:func:`run_error` reads the type and message out of it; the run
+importer reads a run's ``error`` the same way). LangChain runs (traced by LangSmith's
 ``LangChainTracer``, langsmith 0.15.1): an llm run's tool definitions are only in
 ``gen_ai.tool.definitions``, a tool run's output is the ``ToolMessage`` it returned, and
 prompt-template and output-parser runs (``prompt`` / ``parser``) are formatting inside the
@@ -15,11 +18,12 @@ importer (``{post, patch}`` payloads).
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Any
 
 from ...model import StepKind
-from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import tool_result
+from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect, span_error
 
 _STEP_TYPES = {
     "llm": StepKind.LLM,
@@ -30,6 +34,29 @@ _STEP_TYPES = {
 _TRACE_KEYS = ("langsmith.trace.name", "langsmith.trace.session_id", "langsmith.trace.session_name")
 #: metadata keys LangSmith uses to group runs of one conversation into a thread
 THREAD_KEYS = ("thread_id", "session_id", "conversation_id")
+#: ``Type(args)``: the ``repr`` of an exception at the start of a run's error text
+_REPR = re.compile(r"([A-Za-z_][\w.]*)\((.*)\)", re.DOTALL)
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def run_error(text: Any) -> dict[str, str]:
+    """``{type, message}`` of a run's ``error`` text, which ``@traceable`` and LangChain's tracer
+    write as ``repr(exception)`` followed by the traceback (``TimeoutError('weather service
+    timed out')Traceback ...``): the exception's class name and its one argument (its
+    arguments' text when there are several). Text not of that form is the message of an
+    ``error``."""
+    text = str(text or "")
+    head = text.split(_TRACEBACK, 1)[0].strip()
+    match = _REPR.fullmatch(head)
+    if match is None:
+        return {"type": "error", "message": text}
+    arguments = match.group(2)
+    try:
+        values = ast.literal_eval(f"({arguments},)") if arguments.strip() else ()
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        values = (arguments,)
+    message = values[0] if len(values) == 1 else arguments
+    return {"type": match.group(1), "message": str(message)}
 
 
 def _tool_arguments(inputs: Any) -> Any:
@@ -89,7 +116,7 @@ def read_run(
     elif step_kind is StepKind.TOOL:
         if inputs is not None:
             mapped.set_inputs({"arguments": _tool_arguments(inputs)})
-        mapped.set_output(tool_result(_unwrap_output(outputs)))
+        mapped.set_tool_output(_unwrap_output(outputs))
     else:
         mapped.set_inputs(inputs)
         mapped.set_output(outputs)
@@ -103,6 +130,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         return False
     for key in THREAD_KEYS:
         mapped.set_conversation(attrs.get("langsmith.metadata." + key))
+    if span.status_code == 2 and mapped.error is None:
+        mapped.error = run_error(span_error(span)["message"])
     if run_type is None:
         return True
     return read_run(
@@ -110,7 +139,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         run_type=run_type,
         name=span.name,
         inputs=parse_json(attrs.get("gen_ai.prompt")),
-        outputs=parse_json(attrs.get("gen_ai.completion")),
+        outputs=parse_json(attrs.get("gen_ai.completion")) or None,  # a failed run's is {}
         model=attrs.get("gen_ai.request.model") or attrs.get("langsmith.metadata.ls_model_name"),
         tools=attrs.get("gen_ai.tool.definitions"),
     )

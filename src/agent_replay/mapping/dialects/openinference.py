@@ -430,8 +430,8 @@ def _read_tool(span: NormalizedSpan, mapped: MappedSpan) -> None:
     if INPUT_VALUE in attrs:
         mapped.set_inputs({"arguments": _io_value(attrs, INPUT_VALUE, INPUT_MIME_TYPE)})
     output = _io_value(attrs, OUTPUT_VALUE, OUTPUT_MIME_TYPE) if OUTPUT_VALUE in attrs else None
+    mapped.set_tool_output(output)
     message = tool_message(output)
-    mapped.set_output(output if message is None else message["content"])  # what the model got
     if not mapped.tool_call_ids:
         # the call id may only be inside the output: in the ToolMessage, or a bare JSON object
         holder = message if message is not None else output

@@ -41,7 +41,7 @@ from typing import Any
 
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
-from ..messages import finish_reasons, tool_message, tool_result, with_normalized_messages
+from ..messages import finish_reasons, tool_message, with_normalized_messages
 from .genai import read_content
 
 LANGCHAIN_SCOPE = "opentelemetry.instrumentation.langchain"
@@ -164,7 +164,7 @@ def _read_langchain_entity(kind: str, attrs: Any, mapped: MappedSpan) -> None:
         if inputs is not None:
             mapped.set_inputs({"arguments": inputs})
         if output is not None:
-            mapped.set_output(tool_result(output))
+            mapped.set_tool_output(output)
     elif kind == "retriever":
         if inputs is not None:
             mapped.set_inputs({"query": inputs})
