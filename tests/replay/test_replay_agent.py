@@ -68,6 +68,40 @@ def test_factual_replay_of_an_import_is_exact():
     assert result.live_steps == 0 and result.trajectory().head_hash == traj.head_hash
 
 
+def with_failed_step(last: bool) -> Trajectory:
+    """A search that timed out; the agent showed the model the error and went on (or, with
+    ``last``, the run ended there)."""
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action="search"),
+        StepDraft(
+            kind=StepKind.TOOL,
+            name="search",
+            inputs={"arguments": {"q": "x"}},
+            action="Error: timed out",
+            error={"type": "TimeoutError", "module": "builtins", "message": "timed out"},
+        ),
+        StepDraft(kind=StepKind.LLM, name="answer", inputs={"q": 2}, action="sorry"),
+    ]
+    return Trajectory("failed", metadata={"source": "import:test"}).with_steps(
+        drafts[:2] if last else drafts
+    )
+
+
+def test_a_failure_the_run_went_on_past_is_served_and_the_replay_goes_on():
+    traj = with_failed_step(last=False)
+    agent = replayable_agent(traj, {"llm": ScriptedPolicy(["again"])})
+    factual = replay(agent, traj)
+    assert factual.exception is None and not factual.failed
+    assert factual.result["outputs"] == ["search", "Error: timed out", "sorry"]
+    assert factual.trajectory().head_hash == traj.head_hash  # the failure is kept as recorded
+    redrawn = replay(agent, traj, ReplayPlan.ablate_from(0), seed=3)
+    assert redrawn.exception is None and redrawn.result["final"] == "again"
+    # the last step's failure is how the run ended: it still ends the replay
+    ended = with_failed_step(last=True)
+    result = replay(replayable_agent(ended, {"llm": ScriptedPolicy(["again"])}), ended)
+    assert result.failed and result.exception["type"] == "TimeoutError"
+
+
 def test_legacy_two_argument_policies_still_work():
     traj = group_chat()
     agent = replayable_agent(traj, {"llm": lambda ctx, inputs: [parts("assistant", "same")]})

@@ -6,6 +6,10 @@ When a re-drawn step's output differs from the recording, the change propagates:
 inputs are rewritten wherever the old output appears (a message in a chat history, a tool
 argument), so a resampled speaker in a group chat changes what every later speaker sees.
 
+A step that failed in the middle of the recorded run (a tool error the agent showed the model, a
+call it retried) is served as recorded, error included, and the replay goes on with the step's
+recorded output, since the agent did; a failure of the last step ends the run, as it did.
+
 Rewriting replaces values equal to an old output, and - inside strings - occurrences of old
 text outputs at least ``MIN_SUBSTRING`` characters long (shorter texts like "ok" are only
 replaced where they are the whole value, to avoid rewriting unrelated words).
@@ -19,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..capture.context import AgentContext, StepCall
-from ..errors import AgentReplayError
+from ..errors import AgentReplayError, RecordedStepError
 from ..model import Step, Trajectory
 from .policies import PolicyError, ResampleRequest, as_policy, load_policy
 
@@ -83,11 +87,25 @@ class ReplayAgent:
                 agent=step.agent,
                 attributes=usage,
             )
-            output = ctx._step(call)
+            try:
+                output = ctx._step(call)
+            except Exception as exc:
+                if not _handled(step, exc, last=len(self.trajectory.steps) - 1):
+                    raise
+                output = step.output  # what the agent carried on with (an error message)
             outputs.append(output)
             if self.propagate and output is not step.output and output != step.output:
                 pairs.extend(propagation_pairs(step.output, output))
         return self.assemble(outputs)
+
+
+def _handled(step: Step, exc: Exception, *, last: int) -> bool:
+    """Whether ``exc`` is ``step``'s recorded failure, served again, in a run that went on past
+    it: the agent handled it (a LangChain tool error the model was shown, a retried call), so
+    the replay goes on too. The last step's failure is how the run ended and stays raised."""
+    if step.error is None or step.index >= last:
+        return False
+    return isinstance(exc, RecordedStepError) or type(exc).__name__ == step.error.get("type")
 
 
 def _producer(
