@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
+
 
 def message(
     number: int,
@@ -78,3 +80,12 @@ def stream_events(body: dict[str, Any]) -> list[dict[str, Any]]:
 def sse(events: list[dict[str, Any]]) -> bytes:
     """``events`` as a ``text/event-stream`` body."""
     return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+def answer(sent: dict[str, Any], body: dict[str, Any]) -> httpx2.Response:
+    """The response to the request ``sent`` (its JSON): ``body`` (a :func:`message`) as JSON,
+    or its events when the request streams."""
+    if not sent.get("stream"):
+        return httpx2.Response(200, json=body)
+    events = sse(stream_events(body))
+    return httpx2.Response(200, content=events, headers={"content-type": "text/event-stream"})

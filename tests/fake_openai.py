@@ -1,5 +1,6 @@
-"""What a fake OpenAI server answers in the offline tests of the real ``openai`` client, and a
-local HTTP server to play one on loopback (for clients that must really connect)."""
+"""What a fake OpenAI server answers in the offline tests of the real ``openai`` client (a JSON
+body, or the server-sent events that stream it), and a local HTTP server to play one on
+loopback (for clients that must really connect)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,71 @@ def chat_completion(
     }
 
 
+def chat_chunks(body: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` s that stream ``body`` (a :func:`chat_completion`) as the API
+    does: the role first (with the first tool call's id and name when the message only calls
+    tools), the text in pieces of 8 characters, each tool call's arguments in two halves under
+    its ``index`` (a later call's id and name in a chunk of its own), the finish reason in a
+    chunk with an empty delta; with ``usage`` (``stream_options={"include_usage": True}``)
+    every chunk has ``"usage": null`` and a last chunk without choices carries the usage."""
+    (choice,) = body["choices"]
+    message, text = choice["message"], choice["message"].get("content") or ""
+    calls = message.get("tool_calls") or []
+    deltas: list[dict[str, Any]] = [
+        {"role": "assistant", "content": "" if text or not calls else None, "refusal": None}
+    ]
+    deltas += [{"content": text[i : i + 8]} for i in range(0, len(text), 8)]
+    for index, call in enumerate(calls):
+        function, arguments = call["function"], call["function"]["arguments"]
+        opened = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": function["name"], "arguments": ""},
+        }
+        if index == 0 and not text:
+            deltas[0]["tool_calls"] = [opened]
+        else:
+            deltas.append({"tool_calls": [opened]})
+        half = len(arguments) // 2
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            for piece in (arguments[:half], arguments[half:])
+        ]
+    head = {key: body[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    if usage:
+        head["usage"] = None
+    finish = choice["finish_reason"]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+        for delta, reason in [*((d, None) for d in deltas), ({}, finish)]
+    ]
+    if usage:
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    return chunks
+
+
+def sse_events(chunks: list[dict[str, Any]]) -> list[bytes]:
+    """``chunks`` as the events of a ``text/event-stream`` body: ``data: {chunk}`` each, then
+    ``data: [DONE]``."""
+    return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+def answer(sent: dict[str, Any], body: dict[str, Any]) -> httpx2.Response:
+    """The response to the request ``sent`` (its JSON): ``body`` as JSON, or streamed as
+    server-sent events when the request asked for a stream (usage included when it asked
+    for that with ``stream_options``)."""
+    if not sent.get("stream"):
+        return httpx2.Response(200, json=body)
+    usage = bool((sent.get("stream_options") or {}).get("include_usage"))
+    return httpx2.Response(
+        200,
+        content=b"".join(sse_events(chat_chunks(body, usage=usage))),
+        headers={"content-type": "text/event-stream"},
+    )
+
+
 def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:
     """Answer the request ``handler`` is serving with ``payload`` as JSON."""
     data = json.dumps(payload).encode()
@@ -65,7 +131,8 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
 def weather_api(model: str) -> httpx2.MockTransport:
     """The OpenAI API of the weather run (``weather_run``), answering as ``model``: a
     ``get_weather`` call (12 + 5 tokens) until the last message sent is the tool's, then the
-    answer (20 + 6)."""
+    answer (20 + 6); as JSON, or as server-sent events when the request streams (:func:`answer`).
+    Sync and async clients alike can use it."""
 
     def handle(request: httpx2.Request) -> httpx2.Response:
         sent = json.loads(request.content)
@@ -75,7 +142,7 @@ def weather_api(model: str) -> httpx2.MockTransport:
         else:
             message = {"role": "assistant", "content": None, "tool_calls": [CALL]}
             body = chat_completion(1, model, message, "tool_calls", (12, 5))
-        return httpx2.Response(200, json=body)
+        return answer(sent, body)
 
     return httpx2.MockTransport(handle)
 

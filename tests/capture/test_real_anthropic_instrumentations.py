@@ -1,8 +1,10 @@
 """Capture from the real Anthropic instrumentations wrapping the real ``anthropic`` client, offline.
 
-The client (anthropic 2.14, which talks through httpx2) gets an ``httpx2.MockTransport`` that
-plays the Messages API: a ``tool_use`` block first, then the final text, with usage, as a JSON
-body or as server-sent events when the request streams. Everything else is real: the
+The client (anthropic 2.14, which talks through httpx2: ``Anthropic``, and ``AsyncAnthropic``
+driven by ``asyncio.run``) gets an ``httpx2.MockTransport`` that plays the Messages API: a
+``tool_use`` block first, then the final text, with usage, as a JSON body or as server-sent
+events when the request streams. Both instrumentations record ``AsyncAnthropic`` calls as they
+record ``Anthropic`` ones. Everything else is real: the
 instrumentors, the OTel SDK, the span processor and the SQLite store. The agent loop sends
 the tool result back as a ``tool_result`` block of a user turn; the tool span is made the way
 each ecosystem makes one (neither instrumentation makes it): an ``execute_tool`` span with
@@ -49,6 +51,7 @@ the user turn), so an llm step reads the same whichever instrumentation recorded
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -75,7 +78,8 @@ from agent_spans import (
     openinference_agent_span,
     openinference_tool_span,
 )
-from fake_anthropic import message, sse, stream_events
+from fake_anthropic import answer, message
+from instrumenting import instrumented
 from stored import stored_trajectory
 
 MODEL = "claude-haiku-4-5"
@@ -114,9 +118,10 @@ RESULT = {
 }
 
 
-def fake_anthropic() -> anthropic.Anthropic:
-    """An Anthropic client whose server asks for ``get_weather`` first and answers once the
-    tool result is back; a request with ``stream`` gets the same message as events."""
+def fake_anthropic(asynchronous: bool = False) -> Any:
+    """An Anthropic client (``AsyncAnthropic`` when ``asynchronous``) whose server asks for
+    ``get_weather`` first and answers once the tool result is back; a request with ``stream``
+    gets the same message as events."""
     calls = {"n": 0}
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -137,25 +142,30 @@ def fake_anthropic() -> anthropic.Anthropic:
                 },
             ]
             body = message(calls["n"], RESPONSE_MODEL, content, "tool_use", (57, 15))
-        if sent.get("stream"):
-            events = sse(stream_events(body))
-            return httpx2.Response(
-                200, content=events, headers={"content-type": "text/event-stream"}
-            )
-        return httpx2.Response(200, json=body)
+        return answer(sent, body)
 
-    return anthropic.Anthropic(
-        api_key="sk-ant-test",
-        base_url="http://127.0.0.1:9",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-        max_retries=0,
-    )
+    transport = httpx2.MockTransport(handler)
+    options = {"api_key": "sk-ant-test", "base_url": "http://127.0.0.1:9", "max_retries": 0}
+    if asynchronous:
+        return anthropic.AsyncAnthropic(
+            http_client=httpx2.AsyncClient(transport=transport), **options
+        )
+    return anthropic.Anthropic(http_client=httpx2.Client(transport=transport), **options)
+
+
+def bare_calls() -> None:
+    """One call with ``Anthropic`` and one with ``AsyncAnthropic``, outside any agent."""
+    hello = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    fake_anthropic().messages.create(**hello)
+    asyncio.run(fake_anthropic(asynchronous=True).messages.create(**hello))
 
 
 # -- the spans each ecosystem makes around the provider calls -----------------------------------
 
 
 SpanFactory = Callable[..., Any]
+#: ``Anthropic``, or ``AsyncAnthropic`` driven by ``asyncio.run``
+ASYNCHRONOUS = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 SPANS = {
     "gen_ai": (functools.partial(genai_agent_span, provider="anthropic"), genai_tool_span),
     "openinference": (openinference_agent_span, openinference_tool_span),
@@ -166,83 +176,105 @@ def no_span(tracer: trace.Tracer, *call: Any) -> Any:
     return contextlib.nullcontext()
 
 
+REQUEST = {
+    "model": MODEL,
+    "max_tokens": 256,
+    "system": SYSTEM,
+    "tools": TOOLS,
+    "stop_sequences": ["END"],
+}
+
+
 def run_weather_agent(
-    provider: TracerProvider, dialect: str, *, stream: bool = False, tool_span: bool = True
+    provider: TracerProvider,
+    dialect: str,
+    *,
+    stream: bool = False,
+    tool_span: bool = True,
+    asynchronous: bool = False,
 ) -> str:
     """Ask, run the tool the model asked for (in a tool span unless not ``tool_span``), send
-    its result back, return the answer."""
+    its result back, return the answer; with ``AsyncAnthropic``, driven by ``asyncio.run``,
+    when ``asynchronous``."""
     agent_span, tool_span_factory = SPANS[dialect]
     if not tool_span:
         tool_span_factory = no_span
-    client = fake_anthropic()
     tracer = provider.get_tracer("demo.agent")
+    if asynchronous:
+        return asyncio.run(run_async(tracer, agent_span, tool_span_factory, stream=stream))
+    client = fake_anthropic()
 
     def ask(messages: list[dict[str, Any]]) -> anthropic.types.Message:
-        request = {"model": MODEL, "max_tokens": 256, "system": SYSTEM, "tools": TOOLS}
         if not stream:
-            return client.messages.create(messages=messages, stop_sequences=["END"], **request)
-        with client.messages.stream(messages=messages, stop_sequences=["END"], **request) as s:
+            return client.messages.create(messages=messages, **REQUEST)
+        with client.messages.stream(messages=messages, **REQUEST) as s:
             for _ in s:
                 pass
             return s.get_final_message()
 
     with agent_span(tracer):
-        messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
-        first = ask(messages)
-        assert first.stop_reason == "tool_use"
-        (call,) = [block for block in first.content if block.type == "tool_use"]
-        arguments = json.dumps(call.input)
-        with tool_span_factory(tracer, call.name, call.id, arguments, json.dumps(TOOL_RESULT)):
-            observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
-        messages += [
-            {"role": "assistant", "content": first.content},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": call.id, "content": observation}
-                ],
-            },
-        ]
-        final = ask(messages)
-    return final.content[0].text
+        messages = answered(tracer, tool_span_factory, ask(opening()))
+        return ask(messages).content[0].text
 
 
-@contextlib.contextmanager
-def instrumented(
-    instrumentor: Any, provider: tuple[TracerProvider, InMemorySpanExporter]
-) -> Iterator:
-    """Instrument for one test; afterwards prove the client no longer emits spans."""
-    tracer_provider, exporter = provider
-    instrumentor.instrument(tracer_provider=tracer_provider)
-    try:
-        yield instrumentor
-    finally:
-        instrumentor.uninstrument()
-        exporter.clear()
-        fake_anthropic().messages.create(
-            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
-        )
-        leaked = [s.name for s in exporter.get_finished_spans()]
-        assert not leaked, f"instrumentation still active after uninstrument: {leaked}"
+async def run_async(
+    tracer: trace.Tracer, agent_span: SpanFactory, tool_span_factory: SpanFactory, *, stream: bool
+) -> str:
+    client = fake_anthropic(asynchronous=True)
+
+    async def ask(messages: list[dict[str, Any]]) -> anthropic.types.Message:
+        if not stream:
+            return await client.messages.create(messages=messages, **REQUEST)
+        async with client.messages.stream(messages=messages, **REQUEST) as s:
+            async for _ in s:
+                pass
+            return await s.get_final_message()
+
+    with agent_span(tracer):
+        messages = answered(tracer, tool_span_factory, await ask(opening()))
+        return (await ask(messages)).content[0].text
+
+
+def opening() -> list[dict[str, Any]]:
+    return [{"role": "user", "content": QUESTION}]
+
+
+def answered(
+    tracer: trace.Tracer, tool_span_factory: SpanFactory, first: anthropic.types.Message
+) -> list[dict[str, Any]]:
+    """Run the tool ``first`` asked for in a tool span; the messages to send next."""
+    assert first.stop_reason == "tool_use"
+    (call,) = [block for block in first.content if block.type == "tool_use"]
+    arguments = json.dumps(call.input)
+    with tool_span_factory(tracer, call.name, call.id, arguments, json.dumps(TOOL_RESULT)):
+        observation = f"{TOOL_RESULT['conditions']}, {TOOL_RESULT['temp_f']}F"
+    return [
+        *opening(),
+        {"role": "assistant", "content": first.content},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": observation}],
+        },
+    ]
 
 
 @pytest.fixture
 def otel_genai(monkeypatch, provider) -> Iterator[Any]:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
-    with instrumented(OtelGenAI(), provider) as instrumentor:
+    with instrumented(OtelGenAI(), provider, bare_calls) as instrumentor:
         yield instrumentor
 
 
 @pytest.fixture
 def otel_genai_no_content(monkeypatch, provider) -> Iterator[Any]:
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
-    with instrumented(OtelGenAI(), provider) as instrumentor:
+    with instrumented(OtelGenAI(), provider, bare_calls) as instrumentor:
         yield instrumentor
 
 
 @pytest.fixture
 def openinference(provider) -> Iterator[Any]:
-    with instrumented(OpenInference(), provider) as instrumentor:
+    with instrumented(OpenInference(), provider, bare_calls) as instrumentor:
         yield instrumentor
 
 
@@ -253,12 +285,14 @@ def captured(
     dialect: str,
     *,
     stream: bool = False,
+    asynchronous: bool = False,
     spans: int = 4,  # agent, llm, tool, llm
 ) -> Trajectory:
     """Run the agent once and read its trajectory ``how``: ``processor`` or ``spans``."""
     tracer_provider, exporter = provider
     processor = attach(db_path, tracer_provider=tracer_provider) if how == "processor" else None
-    assert run_weather_agent(tracer_provider, dialect, stream=stream) == ANSWER
+    run = run_weather_agent(tracer_provider, dialect, stream=stream, asynchronous=asynchronous)
+    assert run == ANSWER
     assert len(exporter.get_finished_spans()) == spans
     if processor is None:
         return from_otel_spans(exporter.get_finished_spans())
@@ -313,10 +347,13 @@ def assert_weather_trajectory(traj: Trajectory, *, llm_name: str) -> None:
     assert report["synthesized_tool_steps"] == []
 
 
+@ASYNCHRONOUS
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("how", ["processor", "spans"])
-def test_opentelemetry_genai_anthropic_span_only(db_path, provider, otel_genai, how, stream):
-    traj = captured(how, db_path, provider, "gen_ai", stream=stream)
+def test_opentelemetry_genai_anthropic_span_only(
+    db_path, provider, otel_genai, how, stream, asynchronous
+):
+    traj = captured(how, db_path, provider, "gen_ai", stream=stream, asynchronous=asynchronous)
     assert_weather_trajectory(traj, llm_name=f"chat {MODEL}")
     first, _, final = traj.steps
     # the instrumentation normalises the stop reasons to the conventions' finish reasons
@@ -351,10 +388,13 @@ def test_opentelemetry_genai_anthropic_without_content_says_so(
     assert any("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in n for n in report["notes"])
 
 
+@ASYNCHRONOUS
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 @pytest.mark.parametrize("how", ["processor", "spans"])
-def test_openinference_anthropic(db_path, provider, openinference, how, stream):
-    traj = captured(how, db_path, provider, "openinference", stream=stream)
+def test_openinference_anthropic(db_path, provider, openinference, how, stream, asynchronous):
+    traj = captured(
+        how, db_path, provider, "openinference", stream=stream, asynchronous=asynchronous
+    )
     assert_weather_trajectory(traj, llm_name="messages.stream" if stream else "messages.create")
     first, _, final = traj.steps
     # finish reasons as the API says them
@@ -394,7 +434,9 @@ def test_openinference_anthropic_hidden_content_is_reported(
     else:
         monkeypatch.setenv("OPENINFERENCE_HIDE_INPUTS", "true")
         monkeypatch.setenv("OPENINFERENCE_HIDE_OUTPUTS", "true")
-    with instrumented(OpenInference(), provider):  # reads the settings when instrumenting
+    with instrumented(
+        OpenInference(), provider, bare_calls
+    ):  # reads the settings when instrumenting
         traj = captured(how, db_path, provider, "openinference")
     assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
     first, tool, final = traj.steps
@@ -430,7 +472,7 @@ def test_both_instrumentations_yield_the_same_llm_steps(tmp_path, monkeypatch, s
         tracer_provider = TracerProvider()
         exporter = InMemorySpanExporter()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-        with instrumented(instrumentor, (tracer_provider, exporter)):
+        with instrumented(instrumentor, (tracer_provider, exporter), bare_calls):
             results.append(
                 captured(
                     "processor",
@@ -486,7 +528,7 @@ def test_a_user_turn_of_several_tool_results_reads_the_same_both_ways(monkeypatc
         tracer_provider = TracerProvider()
         exporter = InMemorySpanExporter()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-        with instrumented(instrumentor, (tracer_provider, exporter)):
+        with instrumented(instrumentor, (tracer_provider, exporter), bare_calls):
             fake_anthropic().messages.create(
                 model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS, messages=messages
             )
@@ -531,7 +573,7 @@ def test_without_a_tool_span_the_tool_step_is_rebuilt_from_the_tool_result(
     tool step, from the ``tool_result`` block the next request sent back."""
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     instrumentor = OtelGenAI() if dialect == "gen_ai" else OpenInference()
-    with instrumented(instrumentor, provider):
+    with instrumented(instrumentor, provider, bare_calls):
         assert run_weather_agent(provider[0], dialect, tool_span=False) == ANSWER
         traj = from_otel_spans(provider[1].get_finished_spans())
     assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]

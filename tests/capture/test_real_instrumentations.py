@@ -8,7 +8,6 @@ the SQLite store. The agent is the one of ``fixtures/generated/drive.py``: chat 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from agent_spans import (
     openinference_tool_span,
 )
 from fake_openai import chat_completion
+from instrumenting import instrumented
 from stored import stored_trajectory
 
 SYSTEM = "You are a weather bot."
@@ -136,20 +136,11 @@ def run_weather_agent(
     return final.choices[0].message.content
 
 
-@contextlib.contextmanager
-def instrumented(instrumentor: Any, tracer_provider: TracerProvider, exporter: Any) -> Iterator:
-    """Instrument for one test; afterwards prove the client no longer emits spans."""
-    instrumentor.instrument(tracer_provider=tracer_provider)
-    try:
-        yield instrumentor
-    finally:
-        instrumentor.uninstrument()
-        exporter.clear()
-        fake_openai().chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
-        )
-        leaked = [s.name for s in exporter.get_finished_spans()]
-        assert not leaked, f"instrumentation still active after uninstrument: {leaked}"
+def bare_call() -> None:
+    """One call outside any agent (to prove an instrumentation gone)."""
+    fake_openai().chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+    )
 
 
 @pytest.fixture
@@ -157,7 +148,7 @@ def otel_genai(monkeypatch, provider) -> Iterator[Any]:
     from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
-    with instrumented(OpenAIInstrumentor(), *provider) as instrumentor:
+    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
@@ -166,7 +157,7 @@ def otel_genai_no_content(monkeypatch, provider) -> Iterator[Any]:
     from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
-    with instrumented(OpenAIInstrumentor(), *provider) as instrumentor:
+    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
@@ -174,7 +165,7 @@ def otel_genai_no_content(monkeypatch, provider) -> Iterator[Any]:
 def openinference(provider) -> Iterator[Any]:
     from openinference.instrumentation.openai import OpenAIInstrumentor
 
-    with instrumented(OpenAIInstrumentor(), *provider) as instrumentor:
+    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
@@ -288,7 +279,7 @@ def test_both_dialects_yield_the_same_llm_content(tmp_path, monkeypatch):
         tracer_provider = TracerProvider()
         exporter = InMemorySpanExporter()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-        with instrumented(instrumentor, tracer_provider, exporter):
+        with instrumented(instrumentor, (tracer_provider, exporter), bare_call):
             results.append(
                 capture(
                     tmp_path / f"{number}.sqlite",

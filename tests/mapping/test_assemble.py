@@ -244,11 +244,13 @@ def test_a_retried_attempt_inside_an_llm_step_is_no_failure_of_the_call():
 def test_an_llm_span_beside_an_llm_step_is_the_same_call_only_when_it_says_so():
     """An llm span under the same parent, within an llm step's time, with the same response
     id (or, lacking ids, the same output) is that call recorded twice; parallel and
-    sequential calls are not."""
+    sequential calls are not, nor a span of the same instrumentation."""
 
-    def timed(s, start, end, **extra):
+    def timed(s, start, end, scope="", **extra):
         attributes = {**s.attributes, **extra}
-        return dataclasses.replace(s, start_ns=start, end_ns=end, attributes=attributes)
+        return dataclasses.replace(
+            s, start_ns=start, end_ns=end, attributes=attributes, scope_name=scope
+        )
 
     answer = [call("c1", "search", {"q": 1})]
     other = [call("c2", "search", {"q": 2})]
@@ -268,6 +270,18 @@ def test_an_llm_span_beside_an_llm_step_is_the_same_call_only_when_it_says_so():
     ):
         (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, beside])
         assert [s.span_id for s in traj.steps] == [outer.span_id, beside.span_id]
+
+    # regression: concurrent calls through one instrumentation that records no response id
+    # (OpenInference), giving the same answer, are two calls; another instrumentation's span
+    # of the call is the same call
+    one, another = "openinference.instrumentation.openai", "opentelemetry.instrumentation.langchain"
+    outer = timed(chat(2, 1, [USER], answer), 20, 60, one)
+    concurrent = timed(chat(3, 1, [USER], answer), 30, 50, one)
+    (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, concurrent])
+    assert [s.span_id for s in traj.steps] == [outer.span_id, concurrent.span_id]
+    twin = timed(chat(3, 1, [USER], answer), 30, 50, another)
+    (traj,) = assemble([span(1, "invoke_agent boss", **AGENT), outer, twin])
+    assert [s.span_id for s in traj.steps] == [outer.span_id]
 
 
 def test_the_task_is_the_first_prompt_when_the_root_has_no_input():

@@ -188,6 +188,25 @@ def test_koog_tool_call_messages_labelled_tool_become_assistant_calls():
     }
 
 
+def test_an_empty_text_part_is_no_content():
+    """Traceloop writes a streamed tool call with an empty text part before it; the call reads
+    as the same call written without one, in whatever form the empty text comes."""
+    call = {"type": "tool_call", "id": "c1", "name": "f", "arguments": {"n": 1}}
+    expected = [{"role": "assistant", "parts": [call]}]
+    for empty in (
+        {"type": "text", "content": ""},
+        {"type": "text", "text": None},
+        "",
+        {"text": ""},
+    ):
+        assert normalize_messages([{"role": "assistant", "parts": [empty, call]}]) == expected
+    openai = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "function": call}]}
+    assert normalize_messages([openai]) == expected
+    assert normalize_messages([{"role": "user", "parts": [{"type": "text", "content": ""}]}]) == [
+        {"role": "user", "parts": []}
+    ]
+
+
 def test_system_and_tools():
     assert normalize_system("Be brief.") == [{"type": "text", "content": "Be brief."}]
     assert normalize_system([{"type": "text", "content": "x"}]) == [

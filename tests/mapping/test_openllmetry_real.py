@@ -39,6 +39,9 @@ What 0.62.4 emits:
   per call; the ``system`` parameter as ``gen_ai.system_instructions``; content blocks as parts
   (``tool_use`` → ``tool_call``, ``tool_result`` → ``tool_call_response`` inside a ``user``
   message, ids kept); ``gen_ai.tool.definitions`` in Anthropic's shape (``input_schema``).
+  Through ``messages.stream`` the same, but ``gen_ai.usage.output_tokens`` adds
+  ``message_delta``'s count to ``message_start``'s, though the former is already the total:
+  one token too many with the API's ``message_start`` (``output_tokens: 1``).
 * LangChain (scope ``opentelemetry.instrumentation.langchain``): one span per run. The run
   without a parent is ``{name}.workflow`` (``traceloop.span.kind=workflow`` and
   ``gen_ai.operation.name=invoke_agent`` with ``gen_ai.agent.name``); nested chains are
@@ -92,12 +95,9 @@ from langchain_core.retrievers import BaseRetriever
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.instrumentation import langchain as langchain_instrumentation
 from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
-from opentelemetry.instrumentation.openai import v1 as openai_v1
-from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
@@ -108,7 +108,9 @@ from agent_replay import StepKind, Trajectory
 from agent_replay.ingest import load_many
 from agent_replay.mapping.dialects.openllmetry import LANGCHAIN_SCOPE, NO_CONTENT
 from agent_replay.otel import attach
+from fake_anthropic import answer, message
 from fake_openai import API_ERRORS, refusing, weather_api
+from instrumenting import openai_instrumentor, uninstrument
 from langchain_weather import (
     SERVED_MODEL,
     assert_broken_weather,
@@ -156,12 +158,13 @@ def openai_client(
 
 
 def anthropic_api(request: httpx2.Request) -> httpx2.Response:
-    """The Messages API of the weather run: a ``tool_use`` block first, then the answer."""
+    """The Messages API of the weather run: a ``tool_use`` block first, then the answer; as
+    events when the request streams."""
     sent = json.loads(request.content)
     content = sent["messages"][-1]["content"]
     if isinstance(content, list) and content[-1]["type"] == "tool_result":
         blocks: list[dict[str, Any]] = [{"type": "text", "text": ANSWER}]
-        stop, usage = "end_turn", {"input_tokens": 20, "output_tokens": 6}
+        stop, usage = "end_turn", (20, 6)
     else:
         blocks = [
             {"type": "text", "text": "Let me check."},
@@ -172,18 +175,9 @@ def anthropic_api(request: httpx2.Request) -> httpx2.Response:
                 "input": {"city": "Paris"},
             },
         ]
-        stop, usage = "tool_use", {"input_tokens": 12, "output_tokens": 5}
-    body = {
-        "id": f"msg_{len(sent['messages'])}",
-        "type": "message",
-        "role": "assistant",
-        "model": f"{CLAUDE}-20260101",
-        "content": blocks,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-    return httpx2.Response(200, json=body)
+        stop, usage = "tool_use", (12, 5)
+    body = message(len(sent["messages"]), f"{CLAUDE}-20260101", blocks, stop, usage)
+    return answer(sent, body)
 
 
 def anthropic_client() -> anthropic.Anthropic:
@@ -244,8 +238,9 @@ def run_openai(
     return final.choices[0].message.content
 
 
-def run_anthropic(tracer_provider: TracerProvider) -> str:
-    """The weather agent on the Anthropic client: ``tool_use``, the tool, ``tool_result``."""
+def run_anthropic(tracer_provider: TracerProvider, stream: bool = False) -> str:
+    """The weather agent on the Anthropic client: ``tool_use``, the tool, ``tool_result``;
+    through ``messages.stream`` when ``stream``."""
     client, tracer = anthropic_client(), tracer_provider.get_tracer("weather.app")
     function = TOOL["function"]
     tools = [
@@ -255,11 +250,17 @@ def run_anthropic(tracer_provider: TracerProvider) -> str:
             "input_schema": function["parameters"],
         }
     ]
+
+    def ask(messages: list[dict[str, Any]]) -> anthropic.types.Message:
+        request = {"model": CLAUDE, "max_tokens": 256, "system": SYSTEM, "tools": tools}
+        if not stream:
+            return client.messages.create(messages=messages, **request)
+        with client.messages.stream(messages=messages, **request) as streamed:
+            return streamed.get_final_message()
+
     with agent_span(tracer):
         messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
-        first = client.messages.create(
-            model=CLAUDE, max_tokens=256, system=SYSTEM, messages=messages, tools=tools
-        )
+        first = ask(messages)
         (call,) = [block for block in first.content if block.type == "tool_use"]
         with tool_span(tracer, call.id, call.input):
             pass
@@ -270,9 +271,7 @@ def run_anthropic(tracer_provider: TracerProvider) -> str:
                 "content": [{"type": "tool_result", "tool_use_id": call.id, "content": RESULT}],
             },
         ]
-        final = client.messages.create(
-            model=CLAUDE, max_tokens=256, system=SYSTEM, messages=messages, tools=tools
-        )
+        final = ask(messages)
     return final.content[0].text
 
 
@@ -297,19 +296,8 @@ class ForecastRetriever(BaseRetriever):
 # -- instrumenting and reading -----------------------------------------------------------------
 
 
-def _unwrap(obj: Any, attr: str) -> None:
-    """``unwrap`` as Traceloop's OpenAI and LangChain instrumentors 0.62.4 call it: a module path
-    and ``"Class.method"``, which ``unwrap`` of opentelemetry-instrumentation 0.66b2 reads as
-    attribute ``"Class.method"`` of ``module.Class``, so their ``uninstrument()`` leaves every
-    wrapper in place. This names the class in the path instead."""
-    if isinstance(obj, str) and "." in attr:
-        owner, attr = attr.rsplit(".", 1)
-        obj = f"{obj}.{owner}"
-    unwrap(obj, attr)
-
-
 @pytest.fixture
-def traceloop(provider: Provider, monkeypatch) -> Iterator[Callable[..., None]]:
+def traceloop(provider: Provider) -> Iterator[Callable[..., None]]:
     """``traceloop(*instrumentors, **options)`` instruments for this test only; afterwards no
     client or LangChain run may still emit a span."""
     started: list[Any] = []
@@ -320,11 +308,8 @@ def traceloop(provider: Provider, monkeypatch) -> Iterator[Callable[..., None]]:
             started.append(instrumentor)
 
     yield start
-    with monkeypatch.context() as patch:
-        patch.setattr(openai_v1, "unwrap", _unwrap)
-        patch.setattr(langchain_instrumentation, "unwrap", _unwrap)
-        for instrumentor in started:
-            instrumentor.uninstrument()
+    for instrumentor in started:
+        uninstrument(instrumentor)  # with Traceloop's unwrap made to work
     provider[1].clear()
     assert run_openai(provider[0]) == ANSWER
     assert run_anthropic(provider[0]) == ANSWER
@@ -536,10 +521,15 @@ def test_openai_0_54_without_content_is_reported(db_path, how):
 
 
 @HOW
-def test_anthropic_content_blocks_become_parts(db_path, provider, traceloop, how):
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_anthropic_content_blocks_become_parts(db_path, provider, traceloop, stream, how):
     traceloop(AnthropicInstrumentor())
-    traj = captured(how, db_path, provider, lambda: run_anthropic(provider[0]))
+    traj = captured(how, db_path, provider, lambda: run_anthropic(provider[0], stream))
     chats = spans_named(provider, "anthropic.chat")
+    # streamed, 0.62.4 adds ``message_delta``'s output tokens to ``message_start``'s (1), but
+    # the API's ``message_delta`` count is already the total: one token too many, on the span
+    extra = 1 if stream else 0
+    assert [s.attributes["gen_ai.usage.output_tokens"] for s in chats] == [5 + extra, 6 + extra]
     assert [s.instrumentation_scope.name for s in chats] == [
         "opentelemetry.instrumentation.anthropic"
     ] * 2
@@ -568,7 +558,7 @@ def test_anthropic_content_blocks_become_parts(db_path, provider, traceloop, how
         f"{CLAUDE}-20260101",
         "anthropic",
     )
-    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5 + extra)
     assert first.attributes["finish_reasons"] == ["tool_call"]
 
     assert tool.inputs == {"arguments": {"city": "Paris"}} and tool.action == RESULT
@@ -585,7 +575,7 @@ def test_anthropic_content_blocks_become_parts(db_path, provider, traceloop, how
     ]
     assert final.inputs["system"] == SYSTEM_PARTS
     assert final.action == [text("assistant", ANSWER)]
-    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6)
+    assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6 + extra)
 
     assert traj.task == {"messages": [USER], "system": SYSTEM_PARTS}
     report = traj.metadata["capture"]
@@ -714,18 +704,6 @@ def test_langchain_retriever_run_is_a_retrieval_step(db_path, provider, traceloo
     assert step.inputs == {"query": "weather in Paris"}
     assert step.action == documents
     assert traj.metadata["capture"]["opaque_steps"] == []
-
-
-def openai_instrumentor(vendor: str) -> Any:
-    if vendor == "openinference":
-        from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInference
-
-        return OpenInference()
-    if vendor == "gen_ai":
-        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor as GenAI
-
-        return GenAI()
-    return OpenAIInstrumentor()
 
 
 @HOW

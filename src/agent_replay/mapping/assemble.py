@@ -14,9 +14,11 @@ neither becomes a step. An llm span inside an llm step is the same model call re
 (Google ADK's ``call_llm`` around its ``generate_content`` span): the outer step takes what only
 the inner one recorded (content, usage) and the inner one is no step of its own. So is an llm
 span *beside* an llm step, under the same parent and within its time, that recorded the same
-call (the same response id, or, when either has none, the same output): Traceloop's LangChain
-instrumentation does not make a chat model's span current, so an OpenAI instrumentation of
-another vendor writes its span of that call next to it.
+call (another instrumentation's span with the same response id, or, when either has none, the
+same output): Traceloop's LangChain instrumentation does not make a chat model's span current,
+so an OpenAI instrumentation of another vendor writes its span of that call next to it. Two
+spans of one instrumentation (one tracer scope) are two calls, such as concurrent calls of an
+async agent that happen to give the same answer.
 
 Tool results are linked to the llm step that requested them: by tool-call id when both sides
 have one (ids may be arrays; any element matches), else by tool name to the oldest unanswered
@@ -201,7 +203,7 @@ def _sibling_twins(
     groups: Iterable[list[MappedSpan]],
 ) -> dict[tuple[str, str], MappedSpan]:
     """For each llm span that recorded the same call as an llm step beside it (same parent,
-    within its time; see :func:`_same_output`), that step. Siblings come sorted by start, and
+    within its time; see :func:`_same_call`), that step. Siblings come sorted by start, and
     only the llm steps still running are compared, so sequential calls cost nothing."""
     twins: dict[tuple[str, str], MappedSpan] = {}
     for siblings in groups:
@@ -212,7 +214,7 @@ def _sibling_twins(
         for m in sorted(llm, key=lambda m: (m.span.start_ns, -m.span.end_ns)):
             running = [s for s in running if s.span.end_ns >= m.span.start_ns]
             twin = next(
-                (s for s in running if m.span.end_ns <= s.span.end_ns and _same_output(s, m)),
+                (s for s in running if m.span.end_ns <= s.span.end_ns and _same_call(s, m)),
                 None,
             )
             if twin is None:
@@ -222,9 +224,14 @@ def _sibling_twins(
     return twins
 
 
-def _same_output(a: MappedSpan, b: MappedSpan) -> bool:
-    """Whether two llm spans recorded the same call: the same response id when both have one,
-    else the same (normalised) output."""
+def _same_call(a: MappedSpan, b: MappedSpan) -> bool:
+    """Whether two llm spans recorded the same call: spans of two instrumentations (one records
+    a call once, so two spans of one tracer scope are two calls; spans without a scope may be
+    either) with the same response id when both have one, else the same (normalised) output.
+    Concurrent calls made through OpenInference, which records no response id, often give
+    the same answer."""
+    if a.span.scope_name and a.span.scope_name == b.span.scope_name:
+        return False
     first, second = a.attributes.get("response_id"), b.attributes.get("response_id")
     if first is not None and second is not None:
         return bool(first == second)

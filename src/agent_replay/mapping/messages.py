@@ -125,7 +125,12 @@ def _tool_response(response: Any, ident: Any) -> dict[str, Any]:
     return part
 
 
-def _text(content: Any) -> dict[str, Any]:
+def _text(content: Any) -> dict[str, Any] | None:
+    """A text part; ``None`` for no text (``None`` or ``""``: an empty text part is no content,
+    as an empty ``content`` string is none; Traceloop's OpenAI instrumentation writes one
+    before every streamed tool call)."""
+    if content is None or content == "":
+        return None
     return {"type": "text", "content": content if isinstance(content, str) else _dump(content)}
 
 
@@ -157,11 +162,11 @@ def normalize_part(part: Any) -> dict[str, Any] | None:
     if isinstance(part, str):
         return _text(part)
     if not isinstance(part, dict):
-        return None if part is None else _text(part)
+        return _text(part)
     kind = _type(part)
     if kind in _TEXT_TYPES:
         content = part.get("content", part.get("text"))
-        return _text("" if content is None else content)
+        return _text(content)
     if kind == "tool_call":
         return _tool_call(part.get("name"), part.get("arguments"), part.get("id"))
     if kind == "tool_call_response":
@@ -322,7 +327,7 @@ def _fast_message(data: Any) -> dict[str, Any] | None:
             return None
         kind = part.get("type")
         if kind == "text":
-            if len(part) != 2 or type(part.get("content")) is not str:
+            if len(part) != 2 or type(part.get("content")) is not str or not part["content"]:
                 return None
         elif kind == "tool_call":
             ident = part.get("id")

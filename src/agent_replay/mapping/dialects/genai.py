@@ -283,7 +283,9 @@ def _usage(attrs: dict[str, Any], mapped: MappedSpan) -> None:
         attrs.get(g.GEN_AI_USAGE_OUTPUT_TOKENS, attrs.get(g.GEN_AI_USAGE_COMPLETION_TOKENS)),
     )
     mapped.set_attr("response_id", attrs.get(g.GEN_AI_RESPONSE_ID))
-    params = {short: attrs[key] for key, short in _PARAMETERS.items() if key in attrs}
+    # a parameter recorded as None was not set (Traceloop's OpenAI instrumentation writes the
+    # ``omit`` of every parameter the ``chat.completions.stream`` helper left out that way)
+    params = {short: attrs[key] for key, short in _PARAMETERS.items() if attrs.get(key) is not None}
     if params:
         mapped.set_attr("parameters", params)
 
