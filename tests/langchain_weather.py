@@ -14,15 +14,20 @@ callbacks see the definitions in the run's ``invocation_params``.
 ``broken_agent(handled=...)`` is the same agent with the weather service down: the tool's
 ``TimeoutError`` ends the run, or its ``ToolException`` is turned by LangChain
 (``handle_tool_error=True``) into a ``ToolMessage(status="error")`` the model answers anyway;
+``broken_graph(factory)`` is a prebuilt LangGraph agent with that service down, where the graph
+(its ``ToolNode``, or a middleware) handles the tool's ``TimeoutError`` or lets it end the run;
 ``assert_broken_weather`` is what the trajectory must hold then, whatever traced it.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import httpx2
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolErrorMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -31,6 +36,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, ToolException, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import ToolNode, create_react_agent
 
 from agent_replay import StepKind, Trajectory
 from fake_openai import weather_api
@@ -126,6 +132,49 @@ def broken_agent(*, handled: bool) -> Runnable:
     return agent_with(weather)
 
 
+#: how ``broken_graph`` builds the agent: whether the graph handles the tool's error, and what
+#: the model is shown then (langchain 1.5.2, langgraph-prebuilt 1.1.3)
+GRAPHS: dict[str, tuple[bool, str | None]] = {
+    # create_agent's ToolNode handles only the ToolInvocationError of bad arguments by default
+    "create_agent": (False, None),
+    # ToolErrorMiddleware: its on_error's text, as a ToolMessage(status="error")
+    "create_agent_middleware": (True, f"Error: {TIMED_OUT}"),
+    # ToolNode(handle_tool_errors=True): its template around the exception's repr
+    "tool_node": (True, f"Error: TimeoutError('{TIMED_OUT}')\n Please fix your mistakes."),
+}
+
+
+def broken_graph(factory: str) -> Runnable:
+    """A prebuilt LangGraph agent named ``weather_agent`` on the scripted model whose
+    ``get_weather`` raises ``TimeoutError`` (see ``GRAPHS``): LangChain's ``create_agent`` as it
+    comes, or with a ``ToolErrorMiddleware`` that shows the model the error, or LangGraph's
+    ``create_react_agent`` on a ``ToolNode`` with ``handle_tool_errors=True``."""
+
+    @tool("get_weather")
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        raise TimeoutError(TIMED_OUT)
+
+    if factory == "tool_node":
+        with warnings.catch_warnings():  # deprecated since LangGraph 1.0, still much used
+            warnings.simplefilter("ignore")
+            return create_react_agent(
+                scripted_model(),
+                ToolNode([weather], handle_tool_errors=True),
+                prompt=SYSTEM,
+                name="weather_agent",
+            )
+    handled = GRAPHS[factory][0]
+    middleware = [ToolErrorMiddleware(lambda error, request: f"Error: {error}")] * handled
+    return create_agent(
+        scripted_model(),
+        [weather],
+        system_prompt=SYSTEM,
+        name="weather_agent",
+        middleware=middleware,
+    )
+
+
 def assert_broken_weather(
     traj: Trajectory,
     *,
@@ -133,25 +182,30 @@ def assert_broken_weather(
     llm_name: str,
     error_type: str = "TimeoutError",
     agent: str | None = "weather_agent",
+    shown: str | None = None,
 ) -> None:
     """The trajectory of ``broken_agent(handled=handled)``: the planning llm step,
     then the tool step, failed with ``TIMED_OUT`` (type ``error_type``, or ``"error"`` when
     LangChain handled it: nothing records the exception's type then). Handled, the tool's
     result is the error text and the model answers after it; otherwise the run ends there,
-    failed with the same error. ``agent``: the acting agent the tracer names. The capture
-    report counts nothing missing."""
+    failed with the same error. ``agent``: the acting agent the tracer names. ``shown``: what
+    the model was shown when the graph handled the error outside the tool (``broken_graph``):
+    the tool's run raised, so its step keeps the exception's type, and its result is that
+    text, taken from the model's next input. The capture report counts nothing missing."""
     names = [(StepKind.LLM, llm_name), (StepKind.TOOL, "get_weather")]
     assert [(s.kind, s.name) for s in traj.steps] == names + handled * [(StepKind.LLM, llm_name)]
     tool_step = traj.steps[1]
     assert {s.agent for s in traj.steps} == {agent}
     assert (tool_step.attributes["requested_by"], tool_step.attributes["tool_call_id"]) == (0, "c1")
-    error = {"type": "error" if handled else error_type, "message": TIMED_OUT}
+    typed = not handled or shown is not None
+    error = {"type": error_type if typed else "error", "message": TIMED_OUT}
     assert tool_step.error == error
     assert [s.error for s in traj.steps if s is not tool_step] == [None] * (1 + handled)
     if handled:
-        assert tool_step.action == TIMED_OUT  # what the model was given
+        given = shown or TIMED_OUT
+        assert tool_step.action == given  # what the model was given
         response = traj.steps[2].inputs["messages"][-1]["parts"]
-        assert response == [{"type": "tool_call_response", "response": TIMED_OUT, "id": "c1"}]
+        assert response == [{"type": "tool_call_response", "response": given, "id": "c1"}]
         assert traj.steps[2].action == [
             {"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}
         ]

@@ -186,11 +186,12 @@ def test_real_langsmith_otel_spans_with_a_failing_tool(recorded):
         "TimeoutError('weather service timed out')\n\nTraceback (most recent call last):"
     )
     assert tool.error == {"type": "TimeoutError", "message": "weather service timed out"}
-    assert tool.action is None  # outputs were {"output": null}
     assert traj.outcome is None  # the agent went on
-    assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == (
-        "error: weather service timed out"
-    )
+    shown = "error: weather service timed out"
+    assert traj.steps[2].inputs["messages"][-1]["parts"][0]["response"] == shown
+    # its outputs were {"output": null}; regression: the failed step, linked to its call by
+    # name, takes what the model was given, as one linked by id does
+    assert (tool.action, tool.attributes["result_from"]) == (shown, "later llm input")
 
 
 def test_langchain_through_langsmiths_tracer_in_otel_only_mode(recorded):

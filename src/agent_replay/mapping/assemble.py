@@ -24,7 +24,9 @@ Tool results are linked to the llm step that requested them: by tool-call id whe
 have one (ids may be arrays; any element matches), else by tool name to the oldest unanswered
 request of that name. A tool call that no tool span answers but whose response appears in a
 later llm step's input messages becomes a *synthesized* tool step just before that llm step
-(``attributes["synthesized"]``), and a tool step without a recorded result takes it from there.
+(``attributes["synthesized"]``), and a tool step without a recorded result, linked to its call
+by id or by name, takes it from there (``attributes["result_from"]``): a failed one too, whose
+result is then what the model was shown of its error (a LangGraph ``ToolNode`` that handled it).
 A tool step recorded with only the bare value of its call's one argument (openinference-langchain
 writes ``"Paris"`` for ``{"city": "Paris"}``) takes the call's arguments
 (``attributes["arguments_from"]``).
@@ -306,23 +308,28 @@ def _requests(draft: StepDraft) -> list[tuple[str | None, str, Any]]:
     ]
 
 
+def _linked_call(draft: StepDraft) -> list[str]:
+    """The id of the call a tool step was linked to (:func:`_link`), as a list."""
+    linked = draft.attributes.get("tool_call_id")
+    return [str(linked)] if linked else []
+
+
 def _synthesize(items: list[_Draft]) -> list[_Draft]:
     """Fill tool results and add tool steps that only later prompts show (see module doc).
     Runs after a first :func:`_link`, so tool steps matched by name count as answers."""
     answered = {cid for item in items for cid in item.tool_call_ids}
     answered.update(
-        str(item.draft.attributes["tool_call_id"])
-        for item in items
-        if item.kind is StepKind.TOOL and item.draft.attributes.get("tool_call_id")
+        cid for item in items if item.kind is StepKind.TOOL for cid in _linked_call(item.draft)
     )
     requested: dict[str, tuple[str, Any, StepDraft]] = {}
     unanswered: set[str] = set()  # requested so far and not answered
     out: list[_Draft] = []
+    # a tool step's own ids, or the id of the call the first pass linked it to by name
     tools_without_result = {
         cid: item
         for item in items
         if item.kind is StepKind.TOOL and item.draft.action is None
-        for cid in item.tool_call_ids
+        for cid in item.tool_call_ids or _linked_call(item.draft)
     }
     for item in items:
         draft = item.draft

@@ -20,8 +20,12 @@ current instrumentations add to the GenAI conventions.
     without a parent, ``{name}.workflow``, also says ``gen_ai.operation.name=invoke_agent`` and
     ``gen_ai.agent.name``: it names the acting agent. Nested chain runs (``execute_task
     {name}``, ``traceloop.span.kind=task``: sequences, prompt templates, parsers, graph nodes)
-    are workflows, retriever runs (``vector_db_retrieve {name}``) retrieval steps, tool runs
-    (``execute_tool {name}``) tool steps. Their ``traceloop.entity.input`` / ``.output``
+    are workflows, and so are the spans of ``create_agent`` middleware hooks (``execute_task
+    {middleware}.{hook}``, ``gen_ai.operation.name=execute_task`` and ``gen_ai.task.kind``
+    without ``traceloop.span.kind``: the instrumentation wraps ``AgentMiddleware``'s hooks,
+    so every middleware gets all four hook nodes in the graph); retriever runs
+    (``vector_db_retrieve {name}``) retrieval steps, tool runs (``execute_tool {name}``) tool
+    steps. Their ``traceloop.entity.input`` / ``.output``
     (copied to ``gen_ai.tool.call.arguments`` / ``.result``) hold the callback's arguments:
     ``{"inputs" | "input_str" | "query", "tags", "metadata", "kwargs"}`` and ``{"outputs" |
     "output", "kwargs"}``; the run's own value is taken out, a tool's ``ToolMessage`` gives its
@@ -268,6 +272,8 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     ):
         return False
 
+    if entity_kind is None and traceloop and attrs.get("gen_ai.operation.name") == "execute_task":
+        entity_kind = "task"  # a hook of a LangChain agent middleware, a task around steps
     if isinstance(entity_kind, str):
         _read_entity(span, mapped, entity_kind.lower())
     if traceloop:
