@@ -20,6 +20,8 @@ API_ERRORS = {
     500: {"message": "The server had an error", "type": "server_error", "code": None},
     429: {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"},
 }
+#: the event a stream that fails on the server's side ends in: a chunk with an ``error`` key
+STREAM_ERROR = {"error": {**API_ERRORS[500], "param": None}}
 
 
 def chat_completion(
@@ -115,11 +117,41 @@ def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) 
     handler.wfile.write(data)
 
 
+def breaking_stream(
+    body: dict[str, Any], *, keep: int | None = None, error: dict[str, Any] | None = None
+) -> type[BaseHTTPRequestHandler]:
+    """A server that answers every request with ``body`` (a :func:`chat_completion`) streamed
+    with usage; with ``keep``, only its first ``keep`` events, then ``error`` as one more event,
+    or, without one, it closes the connection before the end of the body it announced the
+    length of (the client's ``httpx2`` raises ``RemoteProtocolError``, which ``openai`` raises
+    as ``APIConnectionError``)."""
+    events = sse_events(chat_chunks(body, usage=True))
+    sent = b"".join(events[:keep])
+    if error is not None:
+        sent += f"data: {json.dumps(error)}\n\n".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            whole = len(sent) if error is not None else len(b"".join(events))
+            self.send_header("Content-Length", str(whole))
+            self.end_headers()
+            self.wfile.write(sent)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
 @contextlib.contextmanager
 def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """Serve ``handler`` on a free loopback port; yields the OpenAI-style base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll interval: shutdown() waits for the next poll
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -39,16 +39,41 @@ ends its span when the app has read the stream, and makes it a child of the span
 the call was made: two calls streamed at once with ``asyncio.gather`` are two sibling spans,
 the second inside the first's time when the first is read last.
 
-Mapping fixed on these spans: an empty text part is no content (it was kept, so Traceloop's
-streamed tool call read differently from the same call not streamed); a request parameter
-recorded as ``None`` is not a parameter; two llm spans of one instrumentation side by side are
-two calls (OpenInference records no response id, so two concurrent calls with the same answer
-were taken for one call recorded twice, and the second was dropped).
+A stream that breaks off (the answer streamed from a real loopback server, ``fake_openai``'s
+``breaking_stream``): the server closes the connection in the middle of the body (the client
+raises ``openai.APIConnectionError("Connection error.")`` from httpx2's ``RemoteProtocolError``)
+or sends an ``error`` chunk (``openai.APIError`` with its message); or the app stops reading and
+closes the stream (a ``with`` block), or drops it unclosed. Every instrumentation ends the span
+with the text received as the output and no usage (the usage chunk never came):
+
+* OTel GenAI: the finish reason ``error`` (what it records for a choice that got none), in
+  ``gen_ai.response.finish_reasons`` and the output message; status ERROR with the qualified
+  ``error.type`` and the message when the client raised (no exception event); UNSET when the
+  app closed the stream; an unclosed stream's span ends when the stream is garbage-collected,
+  in ERROR described ``"abandoned stream"`` with ``error.type=_OTHER`` (opentelemetry-util-genai
+  1.3b0's ``AbandonedStreamError``), though nothing failed.
+* OpenInference: no ``llm.finish_reason`` (a whole stream has one); status ERROR with
+  ``"Type: message"`` and the exception event when the client raised, UNSET otherwise: nothing
+  says the output is partial.
+* Traceloop: status OK in every case, also when the client raised (its stream wrapper ends the
+  span OK before it sets the ERROR status, which then does not take), and the output message's
+  ``finish_reason`` empty (as its LangChain instrumentation writes for any message without
+  one); an unclosed stream's span ends when the stream is collected. The run's failure is only
+  on the agent's span.
+
+Mapping fixed on these spans: an abandoned stream is no failed call (and not a failed run); a
+step whose output ends with the finish reason ``error`` or was abandoned gets a capture note
+saying the output is partial. Before that: an empty text part is no content (it was kept, so
+Traceloop's streamed tool call read differently from the same call not streamed); a request
+parameter recorded as ``None`` is not a parameter; two llm spans of one instrumentation side by
+side are two calls (OpenInference records no response id, so two concurrent calls with the same
+answer were taken for one call recorded twice, and the second was dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -57,10 +82,20 @@ import openai
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import StatusCode
 
 from agent_replay import StepKind
+from agent_replay.mapping import ABANDONED_NOTE, CUT_SHORT_NOTE
 from agent_spans import genai_agent_span, genai_tool_span
-from fake_openai import chat_chunks, chat_completion, sse_events, weather_api
+from fake_openai import (
+    STREAM_ERROR,
+    breaking_stream,
+    chat_chunks,
+    chat_completion,
+    serving,
+    sse_events,
+    weather_api,
+)
 from instrumenting import instrumented, openai_instrumentor
 from langchain_weather import SERVED_MODEL
 from stored import captured
@@ -368,4 +403,133 @@ def test_concurrent_streamed_calls_are_steps_in_start_order(
         )
     report = traj.metadata["capture"]
     assert report["replayable"] is True and report["notes"] == []
+    traj.verify()
+
+
+# -- streams that break off ----------------------------------------------------------------------
+
+#: how the answer's stream ends before its last chunk: the server closes the connection, or sends
+#: an error event, after ``READ`` chunks; or the app stops reading after ``READ`` chunks and
+#: closes the stream (``with``), or drops it unclosed (it is collected when the app returns)
+BREAKS = ("cut", "error_event", "closed_early", "left_open")
+READ = 3  # the role, then "It is ra" and "iny in P"
+PARTIAL = ANSWER[:16]
+#: what the client raises when the server breaks the stream off, and its message
+RAISED = {
+    "cut": (openai.APIConnectionError, "Connection error."),
+    "error_event": (openai.APIError, STREAM_ERROR["error"]["message"]),
+}
+
+
+def read_answer(api: openai.OpenAI, breaks: str) -> str:
+    """The weather question, its answer streamed; the text read before the stream broke off."""
+    stream = api.chat.completions.create(
+        model=MODEL, messages=opening(), stream=True, stream_options={"include_usage": True}
+    )
+    text = ""
+    with stream if breaks == "closed_early" else contextlib.nullcontext():
+        for number, chunk in enumerate(stream, 1):
+            text += chunk.choices[0].delta.content or ""
+            if number == READ and breaks in ("closed_early", "left_open"):
+                break
+    return text
+
+
+@HOW
+@pytest.mark.parametrize("breaks", BREAKS)
+@VENDOR
+def test_a_stream_that_breaks_off_is_a_partial_step_failed_when_the_span_says_so(
+    db_path, provider, monkeypatch, vendor, breaks, how
+):
+    """The answer streamed from a real loopback server inside the agent span. Broken off by the
+    server, the client raises and the run ends in the error; stopped by the app, the app
+    returns what it read. Each instrumentation ends the call's span with the text received;
+    whether it says the call failed, or that the output is partial, differs."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    body = chat_completion(
+        1, SERVED_MODEL, {"role": "assistant", "content": ANSWER}, "stop", (20, 6)
+    )
+    raised, message = RAISED.get(breaks, (None, None))
+    if raised is None:
+        server = breaking_stream(body)
+    else:
+        server = breaking_stream(
+            body, keep=READ, error=STREAM_ERROR if breaks == "error_event" else None
+        )
+    with serving(server) as url, instrumented(openai_instrumentor(vendor), provider, bare_calls):
+        api = openai.OpenAI(api_key="sk-test", base_url=url, max_retries=0)
+
+        def agent() -> str:
+            with genai_agent_span(provider[0].get_tracer("weather.app")):
+                return read_answer(api, breaks)
+
+        traj = captured(how, db_path, provider, agent, expect=raised or PARTIAL)
+        (span,) = [s for s in provider[1].get_finished_spans() if s.name == LLM_SPANS[vendor]]
+    error = None if raised is None else {"type": f"openai.{raised.__name__}", "message": message}
+
+    # what each instrumentation writes: the text received, and its own idea of how it ended
+    status, attributes = span.status.status_code, span.attributes
+    exceptions = [e.attributes for e in span.events if e.name == "exception"]
+    if vendor == "gen_ai":
+        # "error": the finish reason of a choice that got none; ERROR when the call raised, and
+        # when the unclosed stream is collected (opentelemetry-util-genai's "abandoned stream")
+        assert attributes["gen_ai.response.finish_reasons"] == ("error",)
+        output = json.loads(attributes["gen_ai.output.messages"])
+        assert output[0]["finish_reason"] == "error"
+        if error is not None:
+            assert (status, span.status.description) == (StatusCode.ERROR, message)
+            assert attributes["error.type"] == error["type"]
+        elif breaks == "left_open":
+            assert (status, span.status.description) == (StatusCode.ERROR, "abandoned stream")
+            assert attributes["error.type"] == "_OTHER"
+        else:
+            assert status is StatusCode.UNSET and "error.type" not in attributes
+        assert exceptions == []
+    elif vendor == "openinference":  # no finish reason, nothing says the output is partial
+        assert attributes["llm.output_messages.0.message.content"] == PARTIAL
+        assert "llm.finish_reason" not in attributes
+        if error is not None:
+            assert status is StatusCode.ERROR
+            assert span.status.description == f"{raised.__name__}: {message}"
+            (event,) = exceptions
+            assert (event["exception.type"], event["exception.message"]) == (
+                error["type"],
+                message,
+            )
+        else:
+            assert status is StatusCode.UNSET and exceptions == []
+    else:
+        # Traceloop's stream wrapper ends the span OK before it sets the error status, which
+        # then does not take: OK whatever happened, and an empty finish reason
+        assert status is StatusCode.OK and exceptions == []
+        output = json.loads(attributes["gen_ai.output.messages"])
+        assert output == [
+            {
+                "role": "assistant",
+                "parts": [{"content": PARTIAL, "type": "text"}],
+                "finish_reason": "",
+            }
+        ]
+        assert "gen_ai.response.finish_reasons" not in attributes
+
+    # the step: the text received; failed when its span says the call failed
+    (step,) = traj.steps
+    assert (step.kind, step.name, step.agent) == (StepKind.LLM, LLM_SPANS[vendor], "weather_agent")
+    assert step.inputs["messages"] == [text("system", SYSTEM), text("user", QUESTION)]
+    assert step.action == [text("assistant", PARTIAL)]
+    assert "input_tokens" not in step.attributes  # the usage chunk never came
+    # regression: an abandoned stream (gen_ai, left open) is no failed call
+    assert step.error == (error if vendor != "traceloop" else None)
+    if error is None:
+        assert traj.outcome is None
+    else:  # the agent's span says how the run ended, whatever the call's span says
+        assert traj.outcome.failed is True and traj.outcome.error == error
+    # regression: a capture note where the span says the output is partial
+    report = traj.metadata["capture"]
+    if vendor == "gen_ai":
+        note = ABANDONED_NOTE if breaks == "left_open" else CUT_SHORT_NOTE
+        assert report["notes"] == [f"step 0: {note}"]
+    else:
+        assert report["notes"] == []
+    assert report["replayable"] is True
     traj.verify()

@@ -34,6 +34,8 @@ from .messages import (
 from .spans import LogEvent, NormalizedSpan, SpanEvent
 
 __all__ = [
+    "ABANDONED_NOTE",
+    "CUT_SHORT_NOTE",
     "DIALECTS",
     "PRECEDENCE",
     "LogEvent",
@@ -61,6 +63,17 @@ PRECEDENCE: tuple[str, ...] = (
 )
 
 _log = logging.getLogger(__name__)
+
+#: the status description of a stream the application abandoned (see :func:`_abandoned`)
+ABANDONED_STREAM = "abandoned stream"
+ABANDONED_NOTE = (
+    "the application stopped reading this call's stream and did not close it (recorded as an "
+    "abandoned stream, not a failed call): the output is the part that was read"
+)
+CUT_SHORT_NOTE = (
+    'the call ended before the model finished (finish reason "error": a stream that failed or '
+    "that the application closed early): the output is the part received"
+)
 
 
 class Role:
@@ -217,9 +230,32 @@ def map_span(span: NormalizedSpan) -> MappedSpan:
             mapped.notes.append(f"{name} dialect could not read this span ({type(exc).__name__})")
     if mapped.name is None:
         mapped.name = span.name or "span"
-    if mapped.error is None and span.status_code == 2:
+    abandoned = mapped.error is None and _abandoned(span)
+    if abandoned:
+        mapped.notes.append(ABANDONED_NOTE)
+    elif mapped.error is None and span.status_code == 2:
         mapped.error = span_error(span)
+    if (
+        not abandoned
+        and mapped.has_output
+        and "error" in (mapped.attributes.get("finish_reasons") or ())
+    ):
+        mapped.notes.append(CUT_SHORT_NOTE)
     return mapped
+
+
+def _abandoned(span: NormalizedSpan) -> bool:
+    """Whether ``span`` is a model call whose stream the application dropped before the end
+    without closing it, as ``opentelemetry-util-genai`` 1.3b0 (under the OTel GenAI OpenAI and
+    Anthropic instrumentations) ends it when the stream is garbage-collected: status ERROR
+    described ``"abandoned stream"``, ``error.type=_OTHER``, no exception event. The call did
+    not fail: nothing raised, the application stopped reading."""
+    return (
+        span.status_code == 2
+        and span.status_message == ABANDONED_STREAM
+        and span.attributes.get("error.type") == "_OTHER"
+        and not any(event.name == "exception" for event in span.events)
+    )
 
 
 def span_error(span: NormalizedSpan) -> dict[str, str]:

@@ -486,7 +486,8 @@ def _build(
     span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
     roots = sorted((m for m in members if not _has_parent(m, span_ids)), key=_sort_key)
     root = roots[0] if roots else ordered[0][0]
-    failed = True if root.span.status_code == 2 else None
+    # an ERROR status without an error is no failure (a stream the application abandoned)
+    failed = True if root.span.status_code == 2 and root.error is not None else None
     service = root.span.resource.get("service.name")
     logs = sum(len(m.span.logs) for m in members)
     metadata: dict[str, Any] = {
