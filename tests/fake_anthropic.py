@@ -1,5 +1,6 @@
 """What a fake Anthropic Messages API answers in the offline tests of the real ``anthropic``
-client: a message body, or the server-sent events that stream the same message."""
+client: a message body, or the server-sent events that stream the same message; or an error, as
+the API refuses a request or breaks off a stream."""
 
 from __future__ import annotations
 
@@ -89,3 +90,36 @@ def answer(sent: dict[str, Any], body: dict[str, Any]) -> httpx2.Response:
         return httpx2.Response(200, json=body)
     events = sse(stream_events(body))
     return httpx2.Response(200, content=events, headers={"content-type": "text/event-stream"})
+
+
+#: the errors the Messages API answers a failed request with, by HTTP status
+API_ERRORS = {
+    500: {"type": "api_error", "message": "Internal server error"},
+    529: {"type": "overloaded_error", "message": "Overloaded"},
+}
+
+
+def error_body(status: int) -> dict[str, Any]:
+    """The body of the API's answer ``status`` (``API_ERRORS``)."""
+    return {"type": "error", "error": API_ERRORS[status], "request_id": "req_01"}
+
+
+def refusing(status: int) -> httpx2.MockTransport:
+    """A Messages API that answers every request with ``status`` and its error body."""
+    return httpx2.MockTransport(
+        lambda request: httpx2.Response(
+            status, json=error_body(status), headers={"request-id": "req_01"}
+        )
+    )
+
+
+def failing_mid_stream(body: dict[str, Any], *, keep: int, status: int) -> httpx2.MockTransport:
+    """A Messages API that streams ``body`` (a :func:`message`) with HTTP 200 but breaks off
+    after its first ``keep`` events with an ``error`` event of ``status`` 's error, as the API
+    reports an overload that comes once the stream has started."""
+    events = [*stream_events(body)[:keep], {"type": "error", "error": API_ERRORS[status]}]
+    return httpx2.MockTransport(
+        lambda request: httpx2.Response(
+            200, content=sse(events), headers={"content-type": "text/event-stream"}
+        )
+    )

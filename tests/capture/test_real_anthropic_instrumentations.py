@@ -41,6 +41,22 @@ inputs and outputs (``OPENINFERENCE_HIDE_INPUTS`` / ``..._OUTPUTS``) leave ``inp
 (``..._INPUT_TEXT`` / ``..._OUTPUT_TEXT``) keeps the messages with ``__REDACTED__`` text and
 keeps the tool calls.
 
+A call that fails (``max_retries=0``): the API answers 500 ``api_error`` or 529
+``overloaded_error`` with its error body (the client raises ``anthropic.InternalServerError``,
+``anthropic.OverloadedError``, the message ``"Error code: 529 - {body}"``), or streams with HTTP
+200 and breaks off with an ``error`` event of type ``overloaded_error`` (the client raises a
+plain ``anthropic.APIStatusError`` whose message is the event). The OTel GenAI instrumentation
+ends the span in ERROR with the qualified ``error.type`` and the message, no exception event,
+and, broken off, the text received as output with the finish reason ``null``. OpenInference:
+ERROR, the exception event, the message as description (``"Type: message"`` when the stream
+broke off), no ``error.type``, the text received. Traceloop's ``opentelemetry-instrumentation-
+anthropic`` 0.62.4 records a refused ``messages.create`` (``anthropic.chat``, ERROR, the bare
+class name as ``error.type``, the event) but no span at all of a ``messages.stream`` that fails,
+refused or broken off: it starts the span, and its stream wrappers end it only when the stream
+ends well. A
+stream the application drops unread and unclosed: the OTel GenAI instrumentation ends its span
+as OpenAI's does, ERROR ``"abandoned stream"`` (see ``test_real_openai_streaming``).
+
 Mapping fixed on these spans: the ``tool_use`` content entry was read as a bare
 ``{"type": "tool_use"}`` part beside the call; the Anthropic tools kept ``input_schema`` (now
 ``parameters``, as every other tool definition); the OpenInference system message and ``tool``
@@ -64,10 +80,12 @@ import httpx2
 import pytest
 from openinference.instrumentation.anthropic import AnthropicInstrumentor as OpenInference
 from opentelemetry import trace
+from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor as Traceloop
 from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor as OtelGenAI
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_replay import StepKind, Trajectory
 from agent_replay.interop import from_otel_spans
@@ -78,8 +96,16 @@ from agent_spans import (
     openinference_agent_span,
     openinference_tool_span,
 )
-from fake_anthropic import answer, message
+from fake_anthropic import (
+    API_ERRORS,
+    answer,
+    error_body,
+    failing_mid_stream,
+    message,
+    refusing,
+)
 from instrumenting import instrumented
+from stored import captured as captured_run
 from stored import stored_trajectory
 
 MODEL = "claude-haiku-4-5"
@@ -145,12 +171,23 @@ def fake_anthropic(asynchronous: bool = False) -> Any:
         return answer(sent, body)
 
     transport = httpx2.MockTransport(handler)
-    options = {"api_key": "sk-ant-test", "base_url": "http://127.0.0.1:9", "max_retries": 0}
     if asynchronous:
         return anthropic.AsyncAnthropic(
-            http_client=httpx2.AsyncClient(transport=transport), **options
+            http_client=httpx2.AsyncClient(transport=transport), **CLIENT_OPTIONS
         )
-    return anthropic.Anthropic(http_client=httpx2.Client(transport=transport), **options)
+    return client_on(transport)
+
+
+CLIENT_OPTIONS: dict[str, Any] = {
+    "api_key": "sk-ant-test",
+    "base_url": "http://127.0.0.1:9",
+    "max_retries": 0,
+}
+
+
+def client_on(transport: httpx2.MockTransport) -> anthropic.Anthropic:
+    """An ``Anthropic`` client whose API is ``transport``, without retries."""
+    return anthropic.Anthropic(http_client=httpx2.Client(transport=transport), **CLIENT_OPTIONS)
 
 
 def bare_calls() -> None:
@@ -614,3 +651,165 @@ def test_both_instrumentations_at_once_make_one_step_per_call(
         {"gen_ai"},
         dialects,
     ]
+
+
+# -- failed calls ---------------------------------------------------------------------------------
+
+GAVE_UP = "The weather service is busy."
+PARTIAL = ANSWER[:16]  # the text of the two deltas before the error event
+#: how the call fails: the API, whether the app streams (``messages.stream``) and gives up when
+#: the client raises, and what the client raises (with its message)
+FAILURES: dict[str, tuple[httpx2.MockTransport, bool, bool, type[Exception], str]] = {
+    # messages.create answered 500: the error ends the run
+    "refused_500": (
+        refusing(500),
+        False,
+        False,
+        anthropic.InternalServerError,
+        f"Error code: 500 - {error_body(500)}",
+    ),
+    # messages.stream answered 529 before any event: the agent gives up
+    "refused_529": (
+        refusing(529),
+        True,
+        True,
+        anthropic.OverloadedError,
+        f"Error code: 529 - {error_body(529)}",
+    ),
+    # messages.stream breaks off with an overloaded_error event (HTTP 200): the run ends
+    "overloaded_mid_stream": (
+        failing_mid_stream(
+            message(1, RESPONSE_MODEL, [{"type": "text", "text": ANSWER}], "end_turn", (90, 12)),
+            keep=4,
+            status=529,
+        ),
+        True,
+        False,
+        anthropic.APIStatusError,
+        str({"type": "error", "error": API_ERRORS[529]}),
+    ),
+}
+INSTRUMENTORS = {"gen_ai": OtelGenAI, "openinference": OpenInference, "traceloop": Traceloop}
+#: each instrumentation's span of a call, made with ``messages.create`` or ``messages.stream``
+CALL_SPANS = {
+    "gen_ai": (f"chat {MODEL}", f"chat {MODEL}"),
+    "openinference": ("messages.create", "messages.stream"),
+    "traceloop": ("anthropic.chat", "anthropic.chat"),
+}
+
+
+def ask_once(
+    tracer_provider: TracerProvider, vendor: str, api: httpx2.MockTransport, *, stream: bool
+) -> str:
+    """The weather question, asked once inside the agent's span (OpenInference's agent span
+    for OpenInference, the GenAI conventions' otherwise); the answer, or ``GAVE_UP`` when the
+    API refuses the call as overloaded (``anthropic.OverloadedError``, which the overload
+    event of a stream that broke off is not: that is a plain ``APIStatusError``)."""
+    agent_span = SPANS["openinference" if vendor == "openinference" else "gen_ai"][0]
+    client = client_on(api)
+    with agent_span(tracer_provider.get_tracer("demo.agent")):
+        try:
+            if stream:
+                with client.messages.stream(messages=opening(), **REQUEST) as streamed:
+                    return streamed.get_final_message().content[0].text
+            return client.messages.create(messages=opening(), **REQUEST).content[0].text
+        except anthropic.OverloadedError:
+            return GAVE_UP
+
+
+def assert_failed_call(
+    traj: Trajectory, calls: list[Any], vendor: str, failure: str, error: dict[str, str]
+) -> None:
+    """The call's span as ``vendor`` writes it when the call fails ``failure`` 's way, and the
+    failed llm step read from it."""
+    _, stream, _, raised, described = FAILURES[failure]
+    # what each instrumentation writes on the call's span
+    (span,) = calls
+    assert span.name == CALL_SPANS[vendor][stream]
+    # OpenInference describes an error in the stream as "Type: message", a refusal as its message
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        f"{raised.__name__}: {described}"
+        if vendor == "openinference" and failure == "overloaded_mid_stream"
+        else described,
+    )
+    events = [e.attributes for e in span.events if e.name == "exception"]
+    if vendor == "gen_ai":  # the type qualified, no exception event
+        assert span.attributes["error.type"] == error["type"] and events == []
+    else:
+        (event,) = events
+        assert (event["exception.type"], event["exception.message"]) == (
+            error["type"],
+            described,
+        )
+        if vendor == "traceloop":  # the bare class name as error.type
+            assert span.attributes["error.type"] == raised.__name__
+        else:
+            assert "error.type" not in span.attributes
+
+    # one error whatever wrote it; the text received before a stream broke off is the output
+    (step,) = traj.steps
+    assert (step.kind, step.name, step.agent) == (
+        StepKind.LLM,
+        CALL_SPANS[vendor][stream],
+        "weather_agent",
+    )
+    assert step.error == error
+    assert step.inputs == {
+        "messages": [USER],
+        "system": [{"type": "text", "content": SYSTEM}],
+        "tools": [TOOL_DEFINITION],
+        "model": MODEL,
+    }
+    if failure == "overloaded_mid_stream":
+        assert step.action == [
+            {"role": "assistant", "parts": [{"type": "text", "content": PARTIAL}]}
+        ]
+        assert step.attributes["model"] == RESPONSE_MODEL
+    else:
+        assert step.action is None
+
+
+@pytest.mark.parametrize("how", ["processor", "spans"])
+@pytest.mark.parametrize("failure", list(FAILURES))
+@pytest.mark.parametrize("vendor", list(INSTRUMENTORS))
+def test_a_failed_anthropic_call_is_a_failed_llm_step(
+    db_path, provider, monkeypatch, vendor, failure, how
+):
+    """The Messages API refuses the call with Anthropic's error body (500 ``api_error``, 529
+    ``overloaded_error``), or breaks the stream off with an ``overloaded_error`` event, and the
+    client does not retry. The instrumentation that records the call ends its span in ERROR
+    with what the client raised; Traceloop's records no span of a streamed call that failed."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    api, stream, gives_up, raised, described = FAILURES[failure]
+    with instrumented(INSTRUMENTORS[vendor](), provider, bare_calls):
+        traj = captured_run(
+            how,
+            db_path,
+            provider,
+            lambda: ask_once(provider[0], vendor, api, stream=stream),
+            expect=GAVE_UP if gives_up else raised,
+        )
+        spans = provider[1].get_finished_spans()
+    error = {"type": f"anthropic.{raised.__name__}", "message": described}
+    calls = [s for s in spans if s.instrumentation_scope.name != "demo.agent"]
+
+    if vendor == "traceloop" and stream:
+        # its stream manager wrapper starts the span and never ends it when the call fails:
+        # the agent, which holds no step, is the one step
+        assert calls == []
+        (step,) = traj.steps
+        assert (step.kind, step.name) == (StepKind.AGENT, "weather_agent")
+        assert step.error == (None if gives_up else error)
+        # the agent's span holds no content: the report says nothing was captured
+        assert traj.metadata["capture"]["steps_without_content"] == [0]
+    else:
+        assert_failed_call(traj, calls, vendor, failure, error)
+        # the partial output's finish reason is null (gen_ai) or absent: nothing says more
+        report = traj.metadata["capture"]
+        assert report["notes"] == [] and report["steps_without_content"] == []
+    if gives_up:
+        assert traj.outcome is None  # the agent answered: nothing says the run failed
+    else:
+        assert traj.outcome.failed is True and traj.outcome.error == error
+    traj.verify()
