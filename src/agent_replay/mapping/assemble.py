@@ -123,32 +123,22 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
     for siblings in children.values():
         siblings.sort(key=_sort_key)
 
-    has_genai_below: dict[tuple[str, str], bool] = {}
-
     def genai_below(m: MappedSpan) -> bool:
-        # iterative post-order: a malformed trace can be deeper than Python's recursion limit
-        root = (m.span.trace_id, m.span.span_id)
-        stack = [(m, False)]
+        # searches only until the first GenAI span (usually the first child), so each span is
+        # searched by the nearest GenAI span above it at most; iterative, as a malformed trace
+        # can be deeper than Python's recursion limit, and each span once (parent links of
+        # duplicated span ids may form a cycle)
+        stack = list(children.get((m.span.trace_id, m.span.span_id), ()))
+        searched: set[tuple[str, str]] = set()
         while stack:
-            node, expanded = stack.pop()
+            node = stack.pop()
+            if node.role != Role.OTHER:
+                return True
             ident = (node.span.trace_id, node.span.span_id)
-            if ident in has_genai_below and not expanded:
-                continue
-            kids = children.get(ident, ())
-            if not expanded:
-                has_genai_below[ident] = False  # cycle guard for malformed parent links
-                stack.append((node, True))
-                stack.extend(
-                    (c, False)
-                    for c in kids
-                    if (c.span.trace_id, c.span.span_id) not in has_genai_below
-                )
-            else:
-                has_genai_below[ident] = any(
-                    c.role != Role.OTHER or has_genai_below.get((c.span.trace_id, c.span.span_id))
-                    for c in kids
-                )
-        return has_genai_below[root]
+            if ident not in searched:
+                searched.add(ident)
+                stack.extend(children.get(ident, ()))
+        return False
 
     twins = _sibling_twins(children.values())
     ordered: list[tuple[MappedSpan, str | None, str | None]] = []
@@ -157,11 +147,19 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
     stack: list[tuple[MappedSpan, str | None, str | None, MappedSpan | None]] = [
         (m, None, None, None) for m in reversed(children.get(None, []))
     ]
-    unvisited = sorted(members, key=_sort_key, reverse=True)
-    while stack or unvisited:
+    unvisited: list[MappedSpan] | None = None  # what the roots did not reach, latest first
+    while True:
         if not stack:
             # spans whose parent links form a cycle are reachable from no root: start at the
             # earliest of them rather than drop them
+            if unvisited is None:
+                unvisited = sorted(
+                    (m for m in members if (m.span.trace_id, m.span.span_id) not in visited),
+                    key=_sort_key,
+                    reverse=True,
+                )
+            if not unvisited:
+                break
             candidate = unvisited.pop()
             if (candidate.span.trace_id, candidate.span.span_id) not in visited:
                 stack.append((candidate, None, None, None))
