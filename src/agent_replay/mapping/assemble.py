@@ -470,8 +470,12 @@ def _build(
         return None
     items = [_draft(m, agent, plan) for m, agent, plan in ordered]
     _link(items)  # first pass: which requests have a tool step (by id or by name)
+    linked = len(items)
     items = _synthesize(items)
-    _link(items)  # again: synthesized steps shift the indices
+    if len(items) != linked:
+        # again: synthesized steps shift the indices (linking the same steps twice changes
+        # nothing, so without synthesized steps the first pass stands)
+        _link(items)
     drafts = [item.draft for item in items]
 
     span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
