@@ -45,7 +45,7 @@ from typing import Any
 
 from .. import canonical
 from ..errors import CanonicalEncodingError
-from ..model import Outcome, Step, StepDraft, StepKind, Trajectory
+from ..model import Outcome, Step, StepDraft, StepKind, Trajectory, chain_steps
 from . import MappedSpan, NormalizedSpan, Role, map_span
 from .messages import call_id, requested_tool_calls, tool_call_parts, tool_responses
 
@@ -439,11 +439,12 @@ def _encodable(value: Any, what: str, notes: list[str]) -> Any:
         return {"unencodable": repr(value)[:2000]}
 
 
-def _seal(session: Trajectory, drafts: list[StepDraft]) -> Trajectory:
-    """``session.with_steps(drafts)``; a value that cannot be hashed is replaced by its text
-    and noted, so one odd span never loses a whole trajectory."""
+def _seal(drafts: list[StepDraft]) -> tuple[tuple[Step, ...], bool]:
+    """The chain of ``drafts``, and whether every value was sealed as recorded: a value that
+    cannot be hashed is replaced by its text and noted, so one odd span never loses a whole
+    trajectory."""
     try:
-        return session.with_steps(drafts)
+        return chain_steps(drafts), True
     except (CanonicalEncodingError, RecursionError, ValueError, TypeError):
         pass
     for draft in drafts:
@@ -457,7 +458,7 @@ def _seal(session: Trajectory, drafts: list[StepDraft]) -> Trajectory:
                 attributes = {"span_name": draft.name}
             attributes["capture_notes"] = [*attributes.get("capture_notes", ()), *notes]
             draft.attributes = attributes
-    return session.with_steps(drafts)
+    return chain_steps(drafts), False
 
 
 def _build(
@@ -495,15 +496,18 @@ def _build(
     metadata.update(extra)
     outcome = Outcome(failed=failed, error=root.error) if failed else None
     if root.role != Role.STEP and root.has_inputs:
-        task = root.inputs
+        task, prompt = root.inputs, None
     else:
-        task = _first_prompt(drafts) or {"root_span": root.span.name}
-    notes: list[str] = []
-    task = _encodable(task, "task", notes)
-    if notes:
-        metadata["capture"]["notes"].extend(notes)
-    session = Trajectory(session_id=key, steps=(), task=task, outcome=outcome, metadata=metadata)
-    return _seal(session, drafts)
+        prompt = _first_prompt(drafts)
+        task = prompt or {"root_span": root.span.name}
+    steps, as_recorded = _seal(drafts)
+    if prompt is None or not as_recorded:
+        # a prompt taken from a step's inputs was checked with them as the step was sealed
+        notes: list[str] = []
+        task = _encodable(task, "task", notes)
+        if notes:
+            metadata["capture"]["notes"].extend(notes)
+    return Trajectory(session_id=key, steps=steps, task=task, outcome=outcome, metadata=metadata)
 
 
 def _first_prompt(drafts: Sequence[StepDraft]) -> dict[str, Any] | None:
