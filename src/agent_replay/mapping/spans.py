@@ -135,6 +135,8 @@ class NormalizedSpan:
 
 def plain_value(value: Any) -> Any:
     """An SDK attribute value as plain data (tuples become lists)."""
+    if isinstance(value, (str, int, float)):  # most values: no Mapping check (an ABC, slow)
+        return value
     if isinstance(value, (tuple, list)):
         return [plain_value(v) for v in value]
     if isinstance(value, Mapping):
@@ -153,7 +155,7 @@ def from_readable_span(span: Any) -> NormalizedSpan:
     scope = span.instrumentation_scope
     status = span.status
     resource = span.resource
-    return NormalizedSpan(
+    return NormalizedSpan.fast(
         trace_id=format(ctx.trace_id, "032x"),
         span_id=format(ctx.span_id, "016x"),
         name=span.name,
