@@ -40,7 +40,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from .. import canonical
@@ -98,19 +97,20 @@ def _sort_key(m: MappedSpan) -> tuple:
 
 @dataclass
 class _Draft:
-    """A step draft plus what linking needs to know about it."""
+    """A step draft plus what linking needs to know about it: the calls a tool step answers
+    and the calls an llm step's output requests (:func:`_requests`, read once: linking asks
+    several times, and nothing changes an llm step's output before sealing)."""
 
     draft: StepDraft
     tool_call_ids: list[str] = field(default_factory=list)
+    requests: list[tuple[str | None, str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = _requests(self.draft)
 
     @property
     def kind(self) -> StepKind:
         return self.draft.kind
-
-    @cached_property
-    def requests(self) -> list[tuple[str | None, str, Any]]:
-        """:func:`_requests` of the draft, computed once (linking asks several times)."""
-        return _requests(self.draft)
 
 
 def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
