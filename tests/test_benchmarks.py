@@ -55,6 +55,14 @@ def run_script(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     return result
 
 
+def test_compare_runs_both_trees_side_by_side():
+    root = str(BENCHMARKS.parent)
+    out = run_script(str(BENCHMARKS / "compare.py"), "--quick", f"a={root}", f"b={root}").stdout
+    row = next(line for line in out.splitlines() if line.startswith("OTLP/JSON import"))
+    assert row.count("x") == 2  # one figure per tree
+    assert "worker thread, assemble" in out
+
+
 def test_whowhen_harness_imports_all_runs_and_scores_the_floors():
     out = run_script(str(BENCHMARKS / "whowhen.py"), "--limit", "3").stdout
     assert "imported 184 runs" in out

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from agent_replay.mapping import MappedSpan, NormalizedSpan, llm_inputs
 from agent_replay.mapping.messages import (
     call_id,
+    loads_stripped,
     normalize_messages,
     normalize_system,
     normalize_tools,
@@ -298,3 +299,33 @@ def test_normaliser_never_raises_and_is_idempotent(value):
         assert normalize_messages(first) == first
     normalize_system(value)
     normalize_tools(value)
+
+
+def _decoded(loads, text):
+    try:
+        return "value", repr(loads(text))  # repr: NaN is not equal to itself
+    except RecursionError:
+        return "too deep", None
+    except ValueError:
+        return "not JSON", None
+
+
+# JSON text as attributes hold it (any separators, any whitespace inside and around), JSON with
+# something after it, JSON's non-finite numbers and text that is not JSON at all
+json_texts = st.one_of(
+    st.tuples(
+        json_values, st.sampled_from([None, 2]), st.sampled_from([(",", ":"), (", ", ": ")])
+    ).map(lambda v: json.dumps(v[0], indent=v[1], separators=v[2])),
+    st.tuples(json_values, st.text(max_size=5)).map(lambda v: json.dumps(v[0]) + v[1]),
+    st.sampled_from(["NaN", "-Infinity", "[1e999]", '"\\ud800"', "[1,]", '{"a" 1}', "[" * 40]),
+    st.text(max_size=20),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(json_texts, st.sampled_from(["", " ", "\n", "\t ", "\xa0"]))
+def test_loads_stripped_decodes_as_json_loads(text, space):
+    """The decoder behind every JSON attribute the dialects read gives what ``json.loads``
+    gives (or fails where it fails) on the stripped text."""
+    stripped = (space + text + space).strip()
+    assert _decoded(loads_stripped, stripped) == _decoded(json.loads, stripped)

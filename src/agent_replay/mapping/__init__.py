@@ -25,6 +25,7 @@ from typing import Any
 
 from ..model import StepKind
 from .messages import (
+    loads_stripped,
     normalize_messages,
     normalize_system,
     normalize_tools,
@@ -277,7 +278,7 @@ def parse_json(value: Any) -> Any:
         text = value.strip()
         if text[:1] in ("{", "[", '"') or text in ("true", "false", "null"):
             try:
-                return json.loads(text)
+                return loads_stripped(text)
             except (ValueError, RecursionError):
                 return value
     return value

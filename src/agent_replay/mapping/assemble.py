@@ -42,12 +42,11 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from .. import canonical
 from ..errors import CanonicalEncodingError
-from ..model import Outcome, Step, StepDraft, StepKind, Trajectory
+from ..model import Outcome, Step, StepDraft, StepKind, Trajectory, chain_steps
 from . import MappedSpan, NormalizedSpan, Role, map_span
 from .messages import call_id, requested_tool_calls, tool_call_parts, tool_responses
 
@@ -100,19 +99,20 @@ def _sort_key(m: MappedSpan) -> tuple:
 
 @dataclass
 class _Draft:
-    """A step draft plus what linking needs to know about it."""
+    """A step draft plus what linking needs to know about it: the calls a tool step answers
+    and the calls an llm step's output requests (:func:`_requests`, read once: linking asks
+    several times, and nothing changes an llm step's output before sealing)."""
 
     draft: StepDraft
     tool_call_ids: list[str] = field(default_factory=list)
+    requests: list[tuple[str | None, str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = _requests(self.draft)
 
     @property
     def kind(self) -> StepKind:
         return self.draft.kind
-
-    @cached_property
-    def requests(self) -> list[tuple[str | None, str, Any]]:
-        """:func:`_requests` of the draft, computed once (linking asks several times)."""
-        return _requests(self.draft)
 
 
 def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
@@ -125,32 +125,22 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
     for siblings in children.values():
         siblings.sort(key=_sort_key)
 
-    has_genai_below: dict[tuple[str, str], bool] = {}
-
     def genai_below(m: MappedSpan) -> bool:
-        # iterative post-order: a malformed trace can be deeper than Python's recursion limit
-        root = (m.span.trace_id, m.span.span_id)
-        stack = [(m, False)]
+        # searches only until the first GenAI span (usually the first child), so each span is
+        # searched by the nearest GenAI span above it at most; iterative, as a malformed trace
+        # can be deeper than Python's recursion limit, and each span once (parent links of
+        # duplicated span ids may form a cycle)
+        stack = list(children.get((m.span.trace_id, m.span.span_id), ()))
+        searched: set[tuple[str, str]] = set()
         while stack:
-            node, expanded = stack.pop()
+            node = stack.pop()
+            if node.role != Role.OTHER:
+                return True
             ident = (node.span.trace_id, node.span.span_id)
-            if ident in has_genai_below and not expanded:
-                continue
-            kids = children.get(ident, ())
-            if not expanded:
-                has_genai_below[ident] = False  # cycle guard for malformed parent links
-                stack.append((node, True))
-                stack.extend(
-                    (c, False)
-                    for c in kids
-                    if (c.span.trace_id, c.span.span_id) not in has_genai_below
-                )
-            else:
-                has_genai_below[ident] = any(
-                    c.role != Role.OTHER or has_genai_below.get((c.span.trace_id, c.span.span_id))
-                    for c in kids
-                )
-        return has_genai_below[root]
+            if ident not in searched:
+                searched.add(ident)
+                stack.extend(children.get(ident, ()))
+        return False
 
     twins = _sibling_twins(children.values())
     ordered: list[tuple[MappedSpan, str | None, str | None]] = []
@@ -159,11 +149,19 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
     stack: list[tuple[MappedSpan, str | None, str | None, MappedSpan | None]] = [
         (m, None, None, None) for m in reversed(children.get(None, []))
     ]
-    unvisited = sorted(members, key=_sort_key, reverse=True)
-    while stack or unvisited:
+    unvisited: list[MappedSpan] | None = None  # what the roots did not reach, latest first
+    while True:
         if not stack:
             # spans whose parent links form a cycle are reachable from no root: start at the
             # earliest of them rather than drop them
+            if unvisited is None:
+                unvisited = sorted(
+                    (m for m in members if (m.span.trace_id, m.span.span_id) not in visited),
+                    key=_sort_key,
+                    reverse=True,
+                )
+            if not unvisited:
+                break
             candidate = unvisited.pop()
             if (candidate.span.trace_id, candidate.span.span_id) not in visited:
                 stack.append((candidate, None, None, None))
@@ -448,11 +446,12 @@ def _encodable(value: Any, what: str, notes: list[str]) -> Any:
         return {"unencodable": repr(value)[:2000]}
 
 
-def _seal(session: Trajectory, drafts: list[StepDraft]) -> Trajectory:
-    """``session.with_steps(drafts)``; a value that cannot be hashed is replaced by its text
-    and noted, so one odd span never loses a whole trajectory."""
+def _seal(drafts: list[StepDraft]) -> tuple[tuple[Step, ...], bool]:
+    """The chain of ``drafts``, and whether every value was sealed as recorded: a value that
+    cannot be hashed is replaced by its text and noted, so one odd span never loses a whole
+    trajectory."""
     try:
-        return session.with_steps(drafts)
+        return chain_steps(drafts), True
     except (CanonicalEncodingError, RecursionError, ValueError, TypeError):
         pass
     for draft in drafts:
@@ -466,7 +465,7 @@ def _seal(session: Trajectory, drafts: list[StepDraft]) -> Trajectory:
                 attributes = {"span_name": draft.name}
             attributes["capture_notes"] = [*attributes.get("capture_notes", ()), *notes]
             draft.attributes = attributes
-    return session.with_steps(drafts)
+    return chain_steps(drafts), False
 
 
 def _build(
@@ -479,8 +478,12 @@ def _build(
         return None
     items = [_draft(m, agent, plan) for m, agent, plan in ordered]
     _link(items)  # first pass: which requests have a tool step (by id or by name)
+    linked = len(items)
     items = _synthesize(items)
-    _link(items)  # again: synthesized steps shift the indices
+    if len(items) != linked:
+        # again: synthesized steps shift the indices (linking the same steps twice changes
+        # nothing, so without synthesized steps the first pass stands)
+        _link(items)
     drafts = [item.draft for item in items]
 
     span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
@@ -501,15 +504,18 @@ def _build(
     metadata.update(extra)
     outcome = Outcome(failed=failed, error=root.error) if failed else None
     if root.role != Role.STEP and root.has_inputs:
-        task = root.inputs
+        task, prompt = root.inputs, None
     else:
-        task = _first_prompt(drafts) or {"root_span": root.span.name}
-    notes: list[str] = []
-    task = _encodable(task, "task", notes)
-    if notes:
-        metadata["capture"]["notes"].extend(notes)
-    session = Trajectory(session_id=key, steps=(), task=task, outcome=outcome, metadata=metadata)
-    return _seal(session, drafts)
+        prompt = _first_prompt(drafts)
+        task = prompt or {"root_span": root.span.name}
+    steps, as_recorded = _seal(drafts)
+    if prompt is None or not as_recorded:
+        # a prompt taken from a step's inputs was checked with them as the step was sealed
+        notes: list[str] = []
+        task = _encodable(task, "task", notes)
+        if notes:
+            metadata["capture"]["notes"].extend(notes)
+    return Trajectory(session_id=key, steps=steps, task=task, outcome=outcome, metadata=metadata)
 
 
 def _first_prompt(drafts: Sequence[StepDraft]) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from typing import Any
 __all__ = [
     "call_id",
     "finish_reasons",
+    "loads_stripped",
     "normalize_messages",
     "normalize_parts",
     "normalize_system",
@@ -69,13 +70,27 @@ _TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
 _MAX_DEPTH = 32  # message structures nest a few levels; deeper input is not a message list
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def loads_stripped(text: str) -> Any:
+    """``json.loads(text)`` for text with no whitespace around it (callers strip it first):
+    the decoder's ``raw_decode`` and a check that nothing follows, without the two whitespace
+    matches ``json.loads`` makes, which cost more than decoding a small value. Raises
+    ``ValueError`` (``json.JSONDecodeError``) where ``json.loads`` does."""
+    value, end = _raw_decode(text)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
 def _json(value: Any) -> Any:
     """Decode a JSON string that holds an object or array; anything else is kept."""
     if isinstance(value, str):
         text = value.strip()
         if text[:1] in ("{", "["):
             try:
-                return json.loads(text)
+                return loads_stripped(text)
             except (ValueError, RecursionError):
                 return value
     return value

@@ -135,6 +135,8 @@ class NormalizedSpan:
 
 def plain_value(value: Any) -> Any:
     """An SDK attribute value as plain data (tuples become lists)."""
+    if isinstance(value, (str, int, float)):  # most values: no Mapping check (an ABC, slow)
+        return value
     if isinstance(value, (tuple, list)):
         return [plain_value(v) for v in value]
     if isinstance(value, Mapping):
@@ -144,6 +146,20 @@ def plain_value(value: Any) -> Any:
 
 _KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
+# the last SDK Resource converted and its attributes: the spans of one TracerProvider share one
+# Resource, so consecutive spans share one converted dict (as spans decoded from one OTLP
+# ResourceSpans do) instead of converting it again for each
+_last_resource: tuple[Any, dict[str, Any]] = (None, {})
+
+
+def _resource_attributes(resource: Any) -> dict[str, Any]:
+    global _last_resource
+    converted, attributes = _last_resource
+    if resource is not converted:
+        items = resource.attributes.items() if resource is not None else ()
+        attributes = {k: plain_value(v) for k, v in items}
+        _last_resource = (resource, attributes)
+    return attributes
 
 
 def from_readable_span(span: Any) -> NormalizedSpan:
@@ -152,8 +168,7 @@ def from_readable_span(span: Any) -> NormalizedSpan:
     parent = span.parent
     scope = span.instrumentation_scope
     status = span.status
-    resource = span.resource
-    return NormalizedSpan(
+    return NormalizedSpan.fast(
         trace_id=format(ctx.trace_id, "032x"),
         span_id=format(ctx.span_id, "016x"),
         name=span.name,
@@ -173,7 +188,7 @@ def from_readable_span(span: Any) -> NormalizedSpan:
             )
             for e in span.events
         ),
-        resource={k: plain_value(v) for k, v in (resource.attributes if resource else {}).items()},
+        resource=_resource_attributes(span.resource),
         scope_name=scope.name if scope is not None else "",
         scope_version=(scope.version or "") if scope is not None else "",
         dropped_attributes=getattr(span, "dropped_attributes", 0) or 0,

@@ -169,8 +169,8 @@ def _operation(span: NormalizedSpan, attrs: dict[str, Any]) -> str | None:
         return operation.lower()
     if g.GEN_AI_TOOL_NAME in attrs:
         return "execute_tool"  # Pydantic AI sets no operation name on tool spans
-    if any(k in attrs for k in _CONTENT_KEYS) or (
-        any(k in attrs for k in _MODEL_KEYS) and _has_event_content(span)
+    if not attrs.keys().isdisjoint(_CONTENT_KEYS) or (
+        not attrs.keys().isdisjoint(_MODEL_KEYS) and _has_event_content(span)
     ):
         return "chat"  # SDKs older than the operation name, with content
     return None

@@ -97,7 +97,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     # ADK's tracer scope, or (its spans relayed by another SDK) the keys it writes; ADK 1.x
     # writes no attribute at all on ``agent_run [name]`` and ``invocation``
-    if span.scope_name != SCOPE and not any(key in attrs for key in _MARKERS):
+    if span.scope_name != SCOPE and attrs.keys().isdisjoint(_MARKERS):
         return False
     mapped.set_conversation(attrs.get(PREFIX + "session_id"))
     agent_run = _AGENT_RUN.match(span.name)

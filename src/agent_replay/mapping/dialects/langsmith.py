@@ -126,7 +126,7 @@ def read_run(
 def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     attrs = span.attributes
     run_type = attrs.get("langsmith.span.kind")
-    if run_type is None and not any(k in attrs for k in _TRACE_KEYS):
+    if run_type is None and attrs.keys().isdisjoint(_TRACE_KEYS):
         return False
     for key in THREAD_KEYS:
         mapped.set_conversation(attrs.get("langsmith.metadata." + key))

@@ -232,7 +232,7 @@ def _read_instrumentation(span: NormalizedSpan, mapped: MappedSpan, flattened: b
     if (
         content_keys is not None
         and not flattened
-        and not any(key in attrs for key in content_keys)
+        and attrs.keys().isdisjoint(content_keys)
         and not span.logs
         and not any(event.name.startswith("gen_ai.") for event in span.events)
     ):
@@ -259,7 +259,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         entity_kind is None
         and request_type is None
         and not traceloop
-        and not any(k in attrs for k in _MARKERS)
+        and attrs.keys().isdisjoint(_MARKERS)
     ):
         return False
     prompts, completions, functions = flattened_messages(attrs)
