@@ -104,7 +104,7 @@ def main() -> int:
         cells = [
             f"{m[key]:10.4f} s" + (f"{m[ratio]:9.2f}x" if ratio else " " * 10) for m in med.values()
         ]
-        print(f"{label:46}" + "".join(cells))
+        print((f"{label:46}" + "".join(cells)).rstrip())
     for stage in STAGES:
         cells = [f"{m[f'worker {stage}']:14.1f} us/span" for m in med.values()]
         print(f"{'worker thread, ' + stage:46}" + "".join(cells))
