@@ -403,20 +403,26 @@ def test_opentelemetry_genai_anthropic_span_only(
     assert traj.task == {"messages": [USER], "system": first.inputs["system"]}
 
 
+def structure_without_content(traj: Trajectory) -> tuple[Any, ...]:
+    """llm, tool, llm with no content on the llm steps; what is not content survives (model,
+    usage; the tool span is the app's, whole). Returns the three steps."""
+    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
+    first, tool, final = traj.steps
+    for step in (first, final):
+        assert step.inputs is None and step.action is None
+    assert first.attributes["model"] == RESPONSE_MODEL
+    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
+    assert tool.action == TOOL_RESULT and tool.attributes["tool_call_id"] == CALL_ID
+    return first, tool, final
+
+
 @pytest.mark.parametrize("how", ["processor", "spans"])
 def test_opentelemetry_genai_anthropic_without_content_says_so(
     db_path, provider, otel_genai_no_content, how
 ):
     traj = captured(how, db_path, provider, "gen_ai")
-    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
-    first, tool, final = traj.steps
-    for step in (first, final):
-        assert step.inputs is None and step.action is None
-    # what is not content survives: model, usage, finish reasons; the tool span is ours
-    assert first.attributes["model"] == RESPONSE_MODEL
-    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
+    first, tool, _ = structure_without_content(traj)
     assert first.attributes["finish_reasons"] == ["tool_call"]
-    assert tool.action == TOOL_RESULT and tool.attributes["tool_call_id"] == CALL_ID
     # no output messages, so no call to link the tool step to
     assert "tool_calls" not in first.attributes and "requested_by" not in tool.attributes
     report = traj.metadata["capture"]
@@ -475,14 +481,7 @@ def test_openinference_anthropic_hidden_content_is_reported(
         OpenInference(), provider, bare_calls
     ):  # reads the settings when instrumenting
         traj = captured(how, db_path, provider, "openinference")
-    assert [s.kind for s in traj.steps] == [StepKind.LLM, StepKind.TOOL, StepKind.LLM]
-    first, tool, final = traj.steps
-    # the placeholder is not content
-    for step in (first, final):
-        assert step.inputs is None and step.action is None
-    assert first.attributes["model"] == RESPONSE_MODEL
-    assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (57, 15)
-    assert tool.action == TOOL_RESULT and tool.attributes["tool_call_id"] == CALL_ID
+    first, tool, _ = structure_without_content(traj)  # the placeholder is not content
     if hide == "text":
         # hidden text keeps the tool calls: the tool step is still linked to its call
         assert first.attributes["tool_calls"] == [CALL_ID]

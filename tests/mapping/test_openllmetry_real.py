@@ -369,15 +369,8 @@ def test_openai_with_trace_content_false_is_reported(
         assert "gen_ai.output.messages" not in span.attributes
         assert "gen_ai.tool.definitions" not in span.attributes
 
-    assert [(s.kind, s.name) for s in traj.steps] == [
-        (StepKind.LLM, "openai.chat"),
-        (StepKind.TOOL, "get_weather"),
-        (StepKind.LLM, "openai.chat"),
-    ]
-    first, tool, final = traj.steps
-    assert first.inputs is first.action is final.inputs is final.action is None
+    first, tool, _ = without_content(traj)
     # what is not content survives: model, usage, finish reasons; the app's tool span is whole
-    assert first.attributes["model"] == SERVED_MODEL
     assert (first.attributes["input_tokens"], first.attributes["output_tokens"]) == (12, 5)
     assert first.attributes["finish_reasons"] == ["tool_call"]
     assert tool.inputs == {"arguments": {"city": "Paris"}} and tool.action == RESULT
@@ -500,14 +493,7 @@ def test_openai_0_54_legacy_flattened_spans_read_as_0_62_ones(
 @pytest.mark.parametrize("how", ["import", "spans"])
 def test_openai_0_54_without_content_is_reported(db_path, how):
     traj = read_recording("legacy_0_54_no_content", how, db_path)
-    assert [(s.kind, s.name) for s in traj.steps] == [
-        (StepKind.LLM, "openai.chat"),
-        (StepKind.TOOL, "get_weather"),
-        (StepKind.LLM, "openai.chat"),
-    ]
-    first, _, final = traj.steps
-    assert first.inputs is first.action is final.inputs is final.action is None
-    assert first.attributes["model"] == SERVED_MODEL
+    _, _, final = without_content(traj)
     assert (final.attributes["input_tokens"], final.attributes["output_tokens"]) == (20, 6)
     report = traj.metadata["capture"]
     assert report["replayable"] is False and report["steps_without_content"] == [0, 2]
@@ -842,6 +828,20 @@ def test_a_call_the_client_retried_is_one_llm_step_that_did_not_fail(
     assert_weather_trajectory(traj, llm_names=(CHAT_SPAN[vendor],) * 2, tools=[TOOL_DEFINITION])
     assert [s.error for s in traj.steps] == [None, None, None]
     assert traj.outcome is None
+
+
+def without_content(traj: Trajectory) -> tuple[Any, ...]:
+    """The weather run's steps from Traceloop's OpenAI spans without content: llm, tool, llm,
+    the llm steps without inputs or output but with their model. Returns the three steps."""
+    assert [(s.kind, s.name) for s in traj.steps] == [
+        (StepKind.LLM, "openai.chat"),
+        (StepKind.TOOL, "get_weather"),
+        (StepKind.LLM, "openai.chat"),
+    ]
+    first, tool, final = traj.steps
+    assert first.inputs is first.action is final.inputs is final.action is None
+    assert first.attributes["model"] == SERVED_MODEL
+    return first, tool, final
 
 
 @HOW
