@@ -58,6 +58,11 @@ class StoreError(AgentReplayError):
     """The store file cannot be used: not SQLite, not an agent-replay store, or a newer schema."""
 
 
+class SessionChangedError(StoreError):
+    """A stored session changed between reading its end and saving steps after it (another
+    writer); read it again."""
+
+
 class SessionNotFoundError(StoreError, KeyError):
     """No session with that id in the store."""
 

@@ -24,8 +24,10 @@ from .errors import CanonicalEncodingError, ChainIntegrityError
 __all__ = [
     "FAILURE_THRESHOLD",
     "GENESIS_HASH",
+    "Continuation",
     "Lineage",
     "Outcome",
+    "SessionEnd",
     "Step",
     "StepDraft",
     "StepKind",
@@ -186,6 +188,19 @@ class Step:
         fields["header_bytes"] = header_bytes
         return step
 
+    def placed(self, index: int, prev_hash: str) -> Step:
+        """The same step at ``index`` after ``prev_hash``: its content hashes and bytes are
+        kept, only its header and ``step_hash`` are new."""
+        if index == self.index and prev_hash == self.prev_hash:
+            return self
+        step = object.__new__(Step)
+        fields = step.__dict__
+        fields.update(self.__dict__)
+        fields.update(index=index, prev_hash=prev_hash)
+        header_bytes = canonical.encode(step.header())
+        fields.update(step_hash=canonical.digest(header_bytes), header_bytes=header_bytes)
+        return step
+
     # -- views ----------------------------------------------------------------------------
 
     @property
@@ -282,6 +297,68 @@ def chain_steps(
         steps.append(step)
         prev_hash = step.step_hash
     return tuple(steps)
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """A stored session seen from its end: its header fields (``session``, whose ``steps`` is
+    empty), how many steps its chain has and the last of them. Enough to seal new steps after
+    the chain (a :class:`Continuation`) without loading the steps before."""
+
+    session: Trajectory
+    n_steps: int
+    last: Step | None
+
+    @classmethod
+    def of(cls, trajectory: Trajectory) -> SessionEnd:
+        """The end of an in-memory trajectory."""
+        last = trajectory.steps[-1] if trajectory.steps else None
+        return cls(replace(trajectory, steps=()), len(trajectory.steps), last)
+
+    @property
+    def head_hash(self) -> str:
+        return self.last.step_hash if self.last is not None else GENESIS_HASH
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """New steps sealed after a stored chain's :class:`SessionEnd`, and the session they make.
+
+    ``session`` holds the session's new header fields and only the new steps, indexed from
+    ``end.n_steps`` and linked to ``end.head_hash``; it is not a whole trajectory, so it is
+    never verified or replayed on its own. :meth:`header` is the whole session's header, the
+    same dict the whole trajectory's :meth:`Trajectory.header` gives.
+    """
+
+    end: SessionEnd
+    session: Trajectory
+
+    @classmethod
+    def after(cls, end: SessionEnd, session: Trajectory) -> Continuation:
+        """``session``'s steps (a chain sealed from genesis) moved after ``end``."""
+        prev, index, steps = end.head_hash, end.n_steps, []
+        for step in session.steps:
+            step = step.placed(index, prev)
+            steps.append(step)
+            prev, index = step.step_hash, index + 1
+        return cls(end, replace(session, steps=tuple(steps)))
+
+    @property
+    def n_steps(self) -> int:
+        return self.end.n_steps + len(self.session.steps)
+
+    def header(self) -> dict[str, Any]:
+        header = self.session.header()
+        header["n_steps"] = self.n_steps
+        if not self.session.steps:
+            header["head"] = self.end.head_hash
+        return header
+
+    def whole(self, stored: Sequence[Step]) -> Trajectory:
+        """The whole trajectory, given the ``end.n_steps`` stored steps before."""
+        if len(stored) != self.end.n_steps:
+            raise ValueError(f"{len(stored)} stored steps given, the chain has {self.end.n_steps}")
+        return replace(self.session, steps=(*stored, *self.session.steps))
 
 
 @dataclass(frozen=True)

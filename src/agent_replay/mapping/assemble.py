@@ -46,11 +46,20 @@ from typing import Any
 
 from .. import canonical
 from ..errors import CanonicalEncodingError
-from ..model import Outcome, Step, StepDraft, StepKind, Trajectory, chain_steps
+from ..model import (
+    Continuation,
+    Outcome,
+    SessionEnd,
+    Step,
+    StepDraft,
+    StepKind,
+    Trajectory,
+    chain_steps,
+)
 from . import MappedSpan, NormalizedSpan, Role, map_span
 from .messages import call_id, requested_tool_calls, tool_call_parts, tool_responses
 
-__all__ = ["assemble", "assemble_mapped", "capture_report", "merge"]
+__all__ = ["assemble", "assemble_mapped", "capture_report", "continue_session", "merge"]
 
 _log = logging.getLogger(__name__)
 
@@ -547,6 +556,7 @@ def capture_report(
     *,
     spans: int | None = None,
     logs: int | None = None,
+    before: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What an imported or captured trajectory lacks for replay, computed from its steps.
 
@@ -555,21 +565,27 @@ def capture_report(
     ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
     nothing answered), ``notes`` (sentences for people) and ``replayable`` (content everywhere
     and nothing truncated); ``spans`` / ``log_records`` when the caller knows them.
+
+    ``before`` is the report of the steps that precede ``steps`` in the same chain: the result
+    is then the report of the whole chain, computed from the new steps only (their indices
+    continue after ``before["steps"]``; a call they request that an earlier step answered
+    cannot be told apart from an unanswered one, which a chain in time order never has).
     """
+    start = int(before.get("steps") or 0) if before else 0
     no_content = [
-        i
+        start + i
         for i, s in enumerate(steps)
         if s.kind is not StepKind.SPAN and s.inputs is None and s.action is None
     ]
     # a tool that raised has no result to record: its error is what it gave
     no_result = [
-        i
+        start + i
         for i, s in enumerate(steps)
         if s.kind is StepKind.TOOL and s.action is None and s.error is None
     ]
     opaque = [s.name for s in steps if s.kind is StepKind.SPAN]
-    truncated = [i for i, s in enumerate(steps) if s.attributes.get("dropped_attributes")]
-    synthesized = [i for i, s in enumerate(steps) if s.attributes.get("synthesized")]
+    truncated = [start + i for i, s in enumerate(steps) if s.attributes.get("dropped_attributes")]
+    synthesized = [start + i for i, s in enumerate(steps) if s.attributes.get("synthesized")]
     answered = {s.attributes.get("tool_call_id") for s in steps if s.kind is StepKind.TOOL}
     unanswered = [
         cid
@@ -579,34 +595,25 @@ def capture_report(
         if cid is not None and cid not in answered
     ]
     notes = [
-        f"step {i}: {note}"
+        f"step {start + i}: {note}"
         for i, s in enumerate(steps)
         for note in s.attributes.get("capture_notes", ())
     ]
-    if no_content:
-        notes.append(CONTENT_HINT)
-    if truncated:
-        notes.append(
-            f"{len(truncated)} step(s) lost attributes at the SDK limit (raise "
-            "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT); their content may be incomplete"
-        )
-    if no_result:
-        notes.append(f"{len(no_result)} tool step(s) have no recorded result")
-    if synthesized:
-        notes.append(
-            f"{len(synthesized)} tool step(s) were rebuilt from later prompts (no tool span "
-            "was recorded for them)"
-        )
-    if unanswered:
-        notes.append(f"{len(unanswered)} requested tool call(s) have no recorded result")
-    if opaque:
-        notes.append(f"{len(opaque)} unrecognised span(s) kept as opaque steps")
-    dialects = sorted(
-        {d for s in steps for d in str(s.attributes.get("dialect", "")).split(",") if d}
-    )
+    dialects = {d for s in steps for d in str(s.attributes.get("dialect", "")).split(",") if d}
+    if before:
+        no_content[:0] = before.get("steps_without_content") or ()
+        no_result[:0] = before.get("tool_steps_without_result") or ()
+        opaque[:0] = before.get("opaque_steps") or ()
+        truncated[:0] = before.get("truncated_steps") or ()
+        synthesized[:0] = before.get("synthesized_tool_steps") or ()
+        unanswered[:0] = [c for c in before.get("unanswered_tool_calls") or () if c not in answered]
+        dialects.update(before.get("dialects") or ())
+        # the earlier notes, less the summary sentences written from the earlier lists
+        summary = set(_summary_notes(before))
+        notes[:0] = [n for n in before.get("notes") or () if n not in summary]
     report: dict[str, Any] = {
-        "steps": len(steps),
-        "dialects": dialects,
+        "steps": start + len(steps),
+        "dialects": sorted(dialects),
         "steps_without_content": no_content,
         "tool_steps_without_result": no_result,
         "opaque_steps": opaque,
@@ -616,6 +623,7 @@ def capture_report(
         "notes": notes,
         "replayable": not no_content and not truncated,
     }
+    notes.extend(_summary_notes(report))
     if spans is not None:
         report["spans"] = spans
     if logs:
@@ -623,9 +631,75 @@ def capture_report(
     return report
 
 
+def _summary_notes(report: Mapping[str, Any]) -> list[str]:
+    """The sentences a capture report's lists add to its notes."""
+    notes = []
+    if report.get("steps_without_content"):
+        notes.append(CONTENT_HINT)
+    if truncated := report.get("truncated_steps"):
+        notes.append(
+            f"{len(truncated)} step(s) lost attributes at the SDK limit (raise "
+            "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT); their content may be incomplete"
+        )
+    if no_result := report.get("tool_steps_without_result"):
+        notes.append(f"{len(no_result)} tool step(s) have no recorded result")
+    if synthesized := report.get("synthesized_tool_steps"):
+        notes.append(
+            f"{len(synthesized)} tool step(s) were rebuilt from later prompts (no tool span "
+            "was recorded for them)"
+        )
+    if unanswered := report.get("unanswered_tool_calls"):
+        notes.append(f"{len(unanswered)} requested tool call(s) have no recorded result")
+    if opaque := report.get("opaque_steps"):
+        notes.append(f"{len(opaque)} unrecognised span(s) kept as opaque steps")
+    return notes
+
+
+def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
+    """``new``, a later capture of the session that ``end`` ends, sealed after the stored chain
+    when it simply follows it: its traces are all new to the session and none of its steps
+    starts before the last stored one (a conversation whose turns are separate traces). The
+    stored steps are neither loaded nor sealed again. ``None`` when it does not follow (a late
+    span re-captured a stored trace, or traces overlap in time): :func:`merge` then interleaves
+    the two whole trajectories."""
+    old_meta = end.session.metadata
+    old_traces, before = old_meta.get("trace_ids"), old_meta.get("capture")
+    new_traces = new.metadata.get("trace_ids")
+    if (
+        end.last is None
+        or not new.steps
+        or not old_traces
+        or not new_traces
+        or not isinstance(before, Mapping)
+        or before.get("steps") != end.n_steps
+        or not set(new_traces).isdisjoint(old_traces)
+    ):
+        return None
+    last = end.last.started_ns or 0
+    if any((s.started_ns or 0) < last for s in new.steps):
+        return None
+    metadata = dict(new.metadata)
+    metadata["trace_ids"] = sorted({*old_traces, *new_traces})
+    metadata["capture"] = capture_report(new.steps, before=before)
+    session = Trajectory(
+        session_id=new.session_id,
+        steps=new.steps,
+        task=end.session.task,
+        seed=new.seed,
+        outcome=new.outcome or end.session.outcome,
+        metadata=metadata,
+    )
+    return Continuation.after(end, session)
+
+
 def merge(old: Trajectory, new: Trajectory) -> Trajectory:
-    """One trajectory from two captures of the same session (a conversation spread over traces):
-    steps of traces only ``old`` has are kept, the rest come from ``new``, in start-time order."""
+    """One trajectory from two captures of the same session (a conversation spread over traces).
+    When ``new`` follows ``old`` (:func:`continue_session`) its steps come after ``old``'s;
+    otherwise steps of traces only ``old`` has are kept, the rest come from ``new``, and all
+    are put in start-time order."""
+    continuation = continue_session(SessionEnd.of(old), new)
+    if continuation is not None:
+        return continuation.whole(old.steps)
     new_traces = set(new.metadata.get("trace_ids", ()))
     kept = [s.draft() for s in old.steps if s.trace_id not in new_traces]
     if not kept:

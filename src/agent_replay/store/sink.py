@@ -15,15 +15,16 @@ receiver assembles whatever was left waiting.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from ..errors import AgentReplayError
-from ..mapping.assemble import assemble, merge
+from ..errors import AgentReplayError, SessionChangedError
+from ..mapping.assemble import assemble, continue_session, merge
 from ..mapping.spans import (
     LogEvent,
     NormalizedSpan,
@@ -33,7 +34,7 @@ from ..mapping.spans import (
     span_from_dict,
     span_to_dict,
 )
-from ..model import Trajectory
+from ..model import Continuation, Trajectory
 from .sqlite import CheckpointStore
 
 __all__ = ["DurableSpanSink", "SpanSink"]
@@ -103,21 +104,28 @@ class SpanSink:
             self._done[trace_id] = trace
             while len(self._done) > self.remember_traces:
                 self._done.popitem(last=False)
-        trajectories = [
-            merged_with_stored(self.store, t) for t in assemble(spans, source=self.source)
-        ]
+        trajectories = assemble(spans, source=self.source)
         if trajectories:
-            self.store.save_many(trajectories)
+            save_merged(self.store, trajectories, self.store.save_many)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
 
-def merged_with_stored(store: CheckpointStore, trajectory: Trajectory) -> Trajectory:
-    """``trajectory`` merged with the stored session of the same id (other traces of the same
-    conversation), or itself when there is none or it cannot be read."""
+def merged_with_stored(
+    store: CheckpointStore, trajectory: Trajectory, *, follow: bool = True
+) -> Trajectory | Continuation:
+    """``trajectory`` as it is to be saved beside the stored session of the same id (other
+    traces of the same conversation): when it follows that session, a continuation of it that
+    reads only the stored session's end (so a conversation of n traces costs O(n), not O(n²)
+    loads and seals); otherwise merged with the whole stored session (also when ``follow`` is
+    false); itself when there is none or it cannot be read."""
     if trajectory.session_id not in store:
         return trajectory
     try:
+        if follow:
+            continuation = continue_session(store.load_end(trajectory.session_id), trajectory)
+            if continuation is not None:
+                return continuation
         old = store.load(trajectory.session_id)
     except AgentReplayError as exc:
         _log.warning(
@@ -125,6 +133,20 @@ def merged_with_stored(store: CheckpointStore, trajectory: Trajectory) -> Trajec
         )
         return trajectory
     return merge(old, trajectory)
+
+
+def save_merged(
+    store: CheckpointStore,
+    trajectories: Sequence[Trajectory],
+    write: Callable[[list[Trajectory | Continuation]], None],
+) -> None:
+    """``write`` (one transaction) ``trajectories`` merged with what ``store`` holds. When
+    another writer changed a session between reading its end and writing, merge with the whole
+    stored sessions and write again."""
+    try:
+        write([merged_with_stored(store, t) for t in trajectories])
+    except SessionChangedError:
+        write([merged_with_stored(store, t, follow=False) for t in trajectories])
 
 
 def _dumps(data: dict) -> bytes:
@@ -195,12 +217,13 @@ class DurableSpanSink:
             logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
             if logs:
                 spans, _ = attach_logs(spans, logs)
-            trajectories = [
-                merged_with_stored(self.store, t) for t in assemble(spans, source=self.source)
-            ]
-            self.store.commit_assembled(
-                trajectories, [(t, s) for t, s, _ in span_rows], [d for d, _ in log_rows]
+            trajectories = assemble(spans, source=self.source)
+            commit = functools.partial(
+                self.store.commit_assembled,
+                spans=[(t, s) for t, s, _ in span_rows],
+                logs=[d for d, _ in log_rows],
             )
+            save_merged(self.store, trajectories, commit)
             written += len(trajectories)
         self.sessions_written += written
         return written

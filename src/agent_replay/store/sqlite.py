@@ -39,14 +39,23 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .. import canonical
-from ..errors import ChainIntegrityError, SessionNotFoundError, StoreError
-from ..model import GENESIS_HASH, Lineage, Outcome, Step, StepKind, Trajectory
+from ..errors import ChainIntegrityError, SessionChangedError, SessionNotFoundError, StoreError
+from ..model import (
+    GENESIS_HASH,
+    Continuation,
+    Lineage,
+    Outcome,
+    SessionEnd,
+    Step,
+    StepKind,
+    Trajectory,
+)
 
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
@@ -341,8 +350,12 @@ class CheckpointStore:
         self.save_many([trajectory], replace=replace)
         return trajectory.digest
 
-    def save_many(self, trajectories: list[Trajectory], *, replace: bool = True) -> None:
-        """Store several trajectories in one transaction (all or nothing)."""
+    def save_many(
+        self, trajectories: Sequence[Trajectory | Continuation], *, replace: bool = True
+    ) -> None:
+        """Store several trajectories in one transaction (all or nothing). A
+        :class:`~agent_replay.model.Continuation` adds its steps to the stored session it
+        continues; :class:`SessionChangedError` when that session changed meanwhile."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save"), self._transaction() as conn:
             self._write(conn, rows, replace=replace)
@@ -371,13 +384,19 @@ class CheckpointStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _rows(self, trajectories: list[Trajectory]) -> tuple[dict, dict, list]:
-        """Blob, step and session rows (encoded before any transaction starts)."""
+    def _rows(self, sessions: Sequence[Trajectory | Continuation]) -> tuple[dict, dict, list]:
+        """Blob, step and session rows (encoded before any transaction starts). A
+        :class:`Continuation` writes only its new steps; its session row carries the chain end
+        it was sealed after, which :meth:`_write` checks is still the stored one."""
         blobs: dict[str, bytes] = {}
         steps: dict[str, tuple] = {}
-        sessions = []
+        rows = []
         now = time.time_ns()
-        for traj in trajectories:
+        for item in sessions:
+            if isinstance(item, Continuation):
+                traj, header, after = item.session, item.header(), item.end
+            else:
+                traj, header, after = item, item.header(), None
             for step in traj.steps:
                 blobs.setdefault(step.input_hash, step.input_bytes or canonical.encode(step.inputs))
                 if step.output_hash not in blobs:
@@ -385,34 +404,40 @@ class CheckpointStore:
                         step.output_payload()
                     )
                 if step.step_hash not in steps:
-                    header = step.header_bytes or canonical.encode(step.header())
-                    steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, header)
-            header_bytes = canonical.encode(traj.header())
-            sessions.append(
-                (
-                    traj.session_id,
-                    traj.head_hash,
-                    len(traj.steps),
-                    header_bytes,
-                    canonical.digest(header_bytes),
-                    *_summary(traj),
-                    now,
-                )
+                    data = step.header_bytes or canonical.encode(step.header())
+                    steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, data)
+            header_bytes = canonical.encode(header)
+            row = (
+                traj.session_id,
+                header["head"],
+                header["n_steps"],
+                header_bytes,
+                canonical.digest(header_bytes),
+                *_summary(traj),
+                now,
             )
-        return blobs, steps, sessions
+            rows.append((row, after))
+        return blobs, steps, rows
 
     def _write(self, conn: sqlite3.Connection, rows: tuple, *, replace: bool) -> None:
         blobs, steps, sessions = rows
-        if not replace:
-            for row in sessions:
-                old = conn.execute(
-                    "SELECT digest FROM sessions WHERE session_id=?", (row[0],)
-                ).fetchone()
-                if old is not None and old[0] != row[4]:
-                    raise StoreError(
-                        f"session {row[0]!r} already exists in {self.path} with other "
-                        "content; choose another session id"
+        for row, after in sessions:
+            if after is None and replace:
+                continue
+            old = conn.execute(
+                "SELECT head, n_steps, digest FROM sessions WHERE session_id=?", (row[0],)
+            ).fetchone()
+            if after is not None:
+                if old is None or old[:2] != (after.head_hash, after.n_steps):
+                    raise SessionChangedError(
+                        f"session {row[0]!r} in {self.path} changed after its end was read; "
+                        "read it again"
                     )
+            elif old is not None and old[2] != row[4]:
+                raise StoreError(
+                    f"session {row[0]!r} already exists in {self.path} with other "
+                    "content; choose another session id"
+                )
         conn.executemany("INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", blobs.items())
         conn.executemany(
             "INSERT OR IGNORE INTO steps(hash, prev, idx, header) VALUES (?, ?, ?, ?)",
@@ -422,7 +447,7 @@ class CheckpointStore:
             "INSERT OR REPLACE INTO sessions(session_id, head, n_steps, header, digest, "
             "source, failed, score, parent_session, fork_step, saved_ns) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            sessions,
+            [row for row, _ in sessions],
         )
 
     # -- the receiver's pending spans ------------------------------------------------------
@@ -502,7 +527,7 @@ class CheckpointStore:
 
     def commit_assembled(
         self,
-        trajectories: list[Trajectory],
+        trajectories: Sequence[Trajectory | Continuation],
         spans: list[tuple[str, str]],
         logs: list[str],
     ) -> None:
@@ -619,8 +644,49 @@ class CheckpointStore:
         with self._sqlite_errors(f"load session {session_id!r}"):
             return self._load(session_id)
 
+    def load_end(self, session_id: str) -> SessionEnd:
+        """The stored session's header and its last step, without the steps before: what is
+        needed to seal new steps after it (:class:`~agent_replay.model.Continuation`). The
+        header, the last step and its content are checked as :meth:`load` checks them; the
+        steps before are not read. Raises what :meth:`load` raises."""
+        with self._sqlite_errors(f"load session {session_id!r}"):
+            conn = self._conn()
+            session, head, n_steps, broken = self._session(conn, session_id)
+            if not n_steps:
+                return SessionEnd(session, 0, None)
+            row = conn.execute(
+                "SELECT hash, prev, idx, header FROM steps WHERE hash=?", (head,)
+            ).fetchone()
+            if row is None:
+                raise broken("head step is missing", n_steps - 1)
+            (entry,) = _checked_headers([row], n_steps - 1, row[1], broken)
+            (last,) = self._checked_steps([entry], n_steps - 1, broken)
+            return SessionEnd(session, n_steps, last)
+
     def _load(self, session_id: str) -> Trajectory:
         conn = self._conn()
+        session, head, n_steps, broken = self._session(conn, session_id)
+        chain = conn.execute(_CHAIN_QUERY, (head, n_steps)).fetchall() if n_steps else []
+        if head != GENESIS_HASH and not chain:
+            raise broken("head step is missing", n_steps - 1 if n_steps else None)
+        if chain and chain[0][1] != GENESIS_HASH:
+            raise broken(
+                "chain does not reach the genesis step (steps missing)",
+                0 if n_steps == len(chain) else None,
+            )
+        # chain is ordered genesis-first; walk it and check links and hashes
+        headers = _checked_headers(chain, 0, GENESIS_HASH, broken)
+        if len(chain) != n_steps:
+            raise broken(f"{len(chain)} steps found, {n_steps} recorded", len(chain))
+        if (headers[-1][0] if headers else GENESIS_HASH) != head:
+            raise broken("chain does not end at the session head", n_steps - 1)
+        return replace(session, steps=self._checked_steps(headers, 0, broken))
+
+    def _session(
+        self, conn: sqlite3.Connection, session_id: str
+    ) -> tuple[Trajectory, str, int, Callable[..., ChainIntegrityError]]:
+        """The session's header fields (a trajectory without steps), its head and step count,
+        every session-level check done, and the error maker for its steps."""
         row = conn.execute(
             "SELECT head, n_steps, header, digest, source, failed, score, parent_session, "
             "fork_step FROM sessions WHERE session_id=?",
@@ -641,43 +707,42 @@ class CheckpointStore:
 
         if not isinstance(head, str) or not isinstance(n_steps, int) or n_steps < 0:
             raise broken("session row is not readable (head or step count has the wrong type)")
-        chain = conn.execute(_CHAIN_QUERY, (head, n_steps)).fetchall() if n_steps else []
-        if head != GENESIS_HASH and not chain:
-            raise broken("head step is missing", n_steps - 1 if n_steps else None)
-        # chain is ordered genesis-first; walk it and check links and hashes
-        wanted = set()
-        headers = []
-        prev = GENESIS_HASH
-        for position, (step_hash, step_prev, idx, header_bytes) in enumerate(chain):
-            if position == 0 and step_prev != GENESIS_HASH:
-                raise broken(
-                    "chain does not reach the genesis step (steps missing)",
-                    0 if n_steps == len(chain) else None,
-                )
-            if not isinstance(header_bytes, bytes):
-                raise broken("stored header is not stored as bytes", position)
-            if canonical.digest(header_bytes) != step_hash:
-                raise broken("stored header does not match its hash", position)
-            try:
-                header = canonical.decode(header_bytes)
-            except ValueError as exc:
-                raise broken(f"stored header is not readable ({exc})", position) from None
-            if step_prev != prev or header.get("prev") != prev:
-                raise broken("prev_hash does not link to the previous step", position)
-            if idx != position or header.get("index") != position:
-                raise broken(f"index {idx} at position {position}", position)
-            headers.append((step_hash, header, header_bytes))
-            wanted.add(header["input_hash"])
-            wanted.add(header["output_hash"])
-            prev = step_hash
-        if len(chain) != n_steps:
-            raise broken(f"{len(chain)} steps found, {n_steps} recorded", len(chain))
-        if prev != head:
-            raise broken("chain does not end at the session head", n_steps - 1)
+        if not isinstance(session_header, bytes):
+            raise broken("session header is not stored as bytes")
+        if canonical.digest(session_header) != session_digest:
+            raise broken("session header does not match its digest")
+        try:
+            data = canonical.decode(session_header)
+            session = Trajectory(
+                session_id=data["session_id"],
+                task=data.get("task"),
+                seed=data.get("seed"),
+                outcome=Outcome.from_dict(data.get("outcome")),
+                lineage=Lineage.from_dict(data.get("lineage")),
+                metadata=data.get("metadata") or {},
+                effects=tuple(tuple(e) for e in data.get("effects") or ()),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise broken(f"session header is not readable ({exc})") from None
+        if data.get("head") != head or session.session_id != session_id:
+            raise broken("session header does not match the stored head")
+        if data.get("n_steps") != n_steps:
+            raise broken("session header does not match the stored step count")
+        if not _same_summary(summary, _summary(session)):
+            raise broken("summary columns (source, outcome, lineage) do not match the header")
+        return session, head, n_steps, broken
 
-        blobs = self._blobs(wanted)
+    def _checked_steps(
+        self,
+        headers: list[tuple[str, dict, bytes]],
+        first: int,
+        broken: Callable[..., ChainIntegrityError],
+    ) -> tuple[Step, ...]:
+        """Steps from checked headers (the first at index ``first``), their content loaded and
+        checked against its hashes."""
+        blobs = self._blobs({h[k] for _, h, _ in headers for k in ("input_hash", "output_hash")})
         steps = []
-        for position, (step_hash, header, header_bytes) in enumerate(headers):
+        for position, (step_hash, header, header_bytes) in enumerate(headers, first):
             try:
                 input_bytes = blobs[header["input_hash"]]
                 output_bytes = blobs[header["output_hash"]]
@@ -695,32 +760,7 @@ class CheckpointStore:
                 )
             except (ValueError, KeyError, TypeError) as exc:
                 raise broken(f"stored step is not readable ({exc})", position) from None
-
-        if not isinstance(session_header, bytes):
-            raise broken("session header is not stored as bytes")
-        if canonical.digest(session_header) != session_digest:
-            raise broken("session header does not match its digest")
-        try:
-            data = canonical.decode(session_header)
-            traj = Trajectory(
-                session_id=data["session_id"],
-                steps=tuple(steps),
-                task=data.get("task"),
-                seed=data.get("seed"),
-                outcome=Outcome.from_dict(data.get("outcome")),
-                lineage=Lineage.from_dict(data.get("lineage")),
-                metadata=data.get("metadata") or {},
-                effects=tuple(tuple(e) for e in data.get("effects") or ()),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise broken(f"session header is not readable ({exc})") from None
-        if data.get("head") != head or traj.session_id != session_id:
-            raise broken("session header does not match the stored head")
-        if data.get("n_steps") != n_steps:
-            raise broken("session header does not match the stored step count")
-        if not _same_summary(summary, _summary(traj)):
-            raise broken("summary columns (source, outcome, lineage) do not match the header")
-        return traj
+        return tuple(steps)
 
     def _blobs(self, hashes: set[str]) -> dict[str, Any]:
         conn = self._conn()
@@ -809,6 +849,34 @@ def _summary(traj: Trajectory) -> tuple[Any, ...]:
         parent if isinstance(parent, str) else None if parent is None else str(parent),
         fork_step if isinstance(fork_step, int) and -(2**63) <= fork_step < 2**63 else None,
     )
+
+
+def _checked_headers(
+    rows: list[tuple],
+    first: int,
+    prev: str,
+    broken: Callable[..., ChainIntegrityError],
+) -> list[tuple[str, dict, bytes]]:
+    """``(step_hash, header, header_bytes)`` of consecutive step rows ``(hash, prev, idx,
+    header)``, the first at index ``first`` after ``prev``: each header checked against its
+    hash, its link and its index."""
+    out = []
+    for position, (step_hash, step_prev, idx, header_bytes) in enumerate(rows, first):
+        if not isinstance(header_bytes, bytes):
+            raise broken("stored header is not stored as bytes", position)
+        if canonical.digest(header_bytes) != step_hash:
+            raise broken("stored header does not match its hash", position)
+        try:
+            header = canonical.decode(header_bytes)
+        except ValueError as exc:
+            raise broken(f"stored header is not readable ({exc})", position) from None
+        if step_prev != prev or header.get("prev") != prev:
+            raise broken("prev_hash does not link to the previous step", position)
+        if idx != position or header.get("index") != position:
+            raise broken(f"index {idx} at position {position}", position)
+        out.append((step_hash, header, header_bytes))
+        prev = step_hash
+    return out
 
 
 def _same_summary(stored: tuple[Any, ...], expected: tuple[Any, ...]) -> bool:

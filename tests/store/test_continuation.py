@@ -1,0 +1,222 @@
+"""A conversation spread over many traces is stored by continuing the stored session: only
+its end is read, new steps are sealed after it, and the result is the session that assembling
+every span at once gives."""
+
+import json
+
+import pytest
+
+from agent_replay import CheckpointStore
+from agent_replay.errors import ChainIntegrityError, SessionChangedError
+from agent_replay.mapping.assemble import assemble, capture_report, continue_session, merge
+from agent_replay.mapping.spans import NormalizedSpan
+from agent_replay.model import Continuation, SessionEnd
+from agent_replay.store.sink import DurableSpanSink, SpanSink, save_merged
+
+CONV = "conv-1"
+
+
+def turn(n: int, *, content: bool = True, call: str | None = None, answers: str | None = None):
+    """Spans of turn ``n`` (its own trace): an agent span, a chat span and, when ``answers``
+    names a tool call an earlier turn requested, the tool span answering it."""
+    trace = f"{n + 1:032x}"
+    base = n * 100
+
+    def span(k, parent, name, **attributes):
+        return NormalizedSpan(
+            trace_id=trace,
+            span_id=f"{base + k:016x}",
+            name=name,
+            parent_span_id=None if parent is None else f"{base + parent:016x}",
+            start_ns=base + k,
+            end_ns=base + 50 - k,
+            attributes=attributes,
+        )
+
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
+    if content:
+        question = [{"role": "user", "parts": [{"type": "text", "content": f"question {n}"}]}]
+        parts = [{"type": "text", "content": f"answer {n}"}]
+        if call:
+            parts.append({"type": "tool_call", "id": call, "name": "lookup", "arguments": {}})
+        chat["gen_ai.input.messages"] = json.dumps(question)
+        chat["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": parts}])
+    spans = [
+        span(
+            1,
+            None,
+            "invoke_agent a",
+            **{
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "a",
+                "gen_ai.conversation.id": CONV,
+            },
+        ),
+        span(2, 1, "chat m", **chat),
+    ]
+    if answers:
+        spans.append(
+            span(
+                3,
+                1,
+                "execute_tool lookup",
+                **{
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "lookup",
+                    "gen_ai.tool.call.id": answers,
+                    "gen_ai.tool.call.result": "found",
+                },
+            )
+        )
+    return spans
+
+
+TURNS = [
+    turn(0),
+    turn(1, content=False),  # a content-less step: a note and an index in the report
+    turn(2, call="c1"),  # requests a call that ...
+    turn(3, answers="c1"),  # ... the next trace answers
+    turn(4, call="c2"),  # never answered
+    turn(5),
+]
+
+
+def whole():
+    """The session assembled from every span at once."""
+    (trajectory,) = assemble([s for spans in TURNS for s in spans])
+    return trajectory
+
+
+def facts(step):
+    attributes = {k: v for k, v in step.attributes.items() if k != "requested_by"}
+    return (step.index, step.name, step.span_id, step.inputs, step.output_payload(), attributes)
+
+
+def without_counts(report):
+    return {k: v for k, v in report.items() if k not in ("spans", "log_records")}
+
+
+def stored_turn_by_turn(db_path, sink_kind):
+    with CheckpointStore(db_path) as store:
+        if sink_kind == "memory":
+            sink = SpanSink(store)
+            for spans in TURNS:
+                sink.add(spans)
+                sink.flush()
+        else:
+            sink = DurableSpanSink(store)
+            for spans in TURNS:
+                sink.add(spans)
+                sink.assemble_ready()
+        return store.load(CONV)
+
+
+@pytest.mark.parametrize("sink_kind", ["memory", "durable"])
+def test_turn_by_turn_is_the_session_assembled_at_once(db_path, sink_kind):
+    loaded = stored_turn_by_turn(db_path, sink_kind)  # load() checks every hash and link
+    expected = whole()
+    # the same steps in the same order; only the link of a tool step to the llm step that
+    # requested it in an earlier trace is made by assembling both traces together
+    assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
+    assert expected.steps[4].attributes["requested_by"] == 2
+    assert [s.step_hash for s in loaded.steps[:4]] == [s.step_hash for s in expected.steps[:4]]
+    assert loaded.metadata["trace_ids"] == expected.metadata["trace_ids"]
+    report = loaded.metadata["capture"]
+    assert without_counts(report) == without_counts(expected.metadata["capture"])
+    # what the report says, checked by hand rather than only against the other path
+    assert report["steps_without_content"] == [1]
+    assert report["unanswered_tool_calls"] == ["c2"]
+    assert report["notes"][0].startswith("no message content was captured")
+
+
+def test_a_continuation_reads_only_the_end_of_the_stored_chain(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for spans in TURNS[:3]:
+            sink.add(spans)
+            sink.flush()
+        stored = store.load(CONV)
+        end = store.load_end(CONV)
+        assert end.n_steps == len(stored.steps) and end.last == stored.steps[-1]
+        assert end.session.header() == {
+            **stored.header(),
+            "head": end.session.head_hash,
+            "n_steps": 0,
+        }
+        # damage a step before the end: the end still reads, a whole load does not
+        conn = store._conn()
+        conn.execute("UPDATE steps SET header=? WHERE hash=?", (b"{}", stored.steps[0].step_hash))
+        conn.commit()
+        assert store.load_end(CONV).last == stored.steps[-1]
+        with pytest.raises(ChainIntegrityError):
+            store.load(CONV)
+        # damage the last step: reading the end fails, naming it
+        conn.execute("UPDATE steps SET header=? WHERE hash=?", (b"{}", stored.steps[-1].step_hash))
+        conn.commit()
+        with pytest.raises(ChainIntegrityError) as err:
+            store.load_end(CONV)
+        assert err.value.step_index == len(stored.steps) - 1
+
+
+def test_a_trace_that_does_not_follow_is_merged_whole(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for spans in (TURNS[2], TURNS[0]):  # the earlier turn arrives last
+            sink.add(spans)
+            sink.flush()
+        (later,) = assemble(TURNS[0])
+        assert continue_session(SessionEnd.of(store.load(CONV)), later) is None
+        loaded = store.load(CONV)
+    assert [s.trace_id for s in loaded.steps] == [TURNS[0][0].trace_id, TURNS[2][0].trace_id]
+
+
+def test_a_late_span_of_a_stored_trace_is_not_a_continuation(db_path):
+    (first,) = assemble(TURNS[0])
+    (again,) = assemble(TURNS[0][:1] + TURNS[0][1:])
+    assert continue_session(SessionEnd.of(first), again) is None
+    assert merge(first, again).steps == again.steps
+
+
+def test_a_session_changed_by_another_writer_is_merged_again(db_path):
+    with CheckpointStore(db_path) as store:
+        (first,) = assemble(TURNS[0])
+        (second,) = assemble(TURNS[1])
+        (third,) = assemble(TURNS[2])
+        store.save(first)
+        stale = continue_session(store.load_end(CONV), third)  # read before the next write
+        store.save_many([continue_session(store.load_end(CONV), second)])
+        with pytest.raises(SessionChangedError):
+            store.save_many([stale])
+        assert len(store.load(CONV).steps) == 2  # the refused write changed nothing
+
+        attempts = []
+
+        def write(items):  # the first attempt loses a race, as ``stale`` did
+            attempts.append(items)
+            if len(attempts) == 1:
+                store.save_many([stale])
+            store.save_many(items)
+
+        save_merged(store, [third], write)
+        assert isinstance(attempts[0][0], Continuation) and len(attempts) == 2
+        loaded = store.load(CONV)
+    assert [s.trace_id for s in loaded.steps] == [spans[0].trace_id for spans in TURNS[:3]]
+
+
+def test_capture_report_before_is_the_whole_chains_report():
+    trajectory = whole()
+    steps = trajectory.steps
+    for cut in range(len(steps) + 1):
+        before = capture_report(steps[:cut])
+        assert capture_report(steps[cut:], before=before) == capture_report(steps), cut
+
+
+def test_continuation_checks_the_stored_step_count():
+    (first,) = assemble(TURNS[0])
+    (second,) = assemble(TURNS[1])
+    continuation = continue_session(SessionEnd.of(first), second)
+    with pytest.raises(ValueError, match="stored steps"):
+        continuation.whole(())
+    whole_ = continuation.whole(first.steps)
+    whole_.verify()
+    assert continuation.header() == whole_.header()
