@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from agent_replay import CheckpointStore, canonical
-from agent_replay.errors import ChainIntegrityError
+from agent_replay.errors import ChainIntegrityError, SessionNotFoundError
 from agent_replay.model import (
     Lineage,
     Outcome,
+    SessionEnd,
     Step,
     StepDraft,
     StepKind,
@@ -265,6 +266,9 @@ def _tamper_fixture_trajectories() -> list[Trajectory]:
     return [parent, child, lone]
 
 
+ENDS = [SessionEnd.of(t) for t in _tamper_fixture_trajectories()]
+
+
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> tuple[Path, list[tuple[str, str, Any, Any]]]:
     """A store on disk and every (table, column, key, value) cell worth tampering with."""
@@ -333,6 +337,14 @@ def test_changing_any_stored_byte_is_caught(pristine, data):
                     assert result.problem
                     with pytest.raises(ChainIntegrityError):
                         store.load(result.session_id)
+            # reading only a session's end never returns damaged data: either the end as it
+            # was saved, or the error (damage before the end is for load() to find)
+            for original in ENDS:
+                try:
+                    end = store.load_end(original.session.session_id)
+                except (ChainIntegrityError, SessionNotFoundError):  # not found: id changed
+                    continue
+                assert end == original, (table, column, value, new)
 
 
 # -- regressions found by the invariants --------------------------------------------------------
