@@ -204,6 +204,30 @@ def test_a_late_span_reassembles_a_written_trace(db_path, provider):
     assert [s.name for s in second.steps] == ["chat m", "late"]
 
 
+def test_written_traces_are_remembered_within_a_memory_bound(db_path, provider):
+    prompt = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "x" * 5000}]}])
+    processor = attach(db_path, tracer_provider=provider, remember_bytes=12_000)
+    tracer = provider.get_tracer("app")
+    lates = []
+    for turn in range(3):
+        with agent_span(tracer):
+            with tracer.start_as_current_span(
+                "chat m", attributes={**CHAT, "gen_ai.input.messages": prompt}
+            ):
+                pass
+            lates.append(tracer.start_span("execute_tool late", attributes=tool(f"t{turn}")))
+        assert processor.force_flush()
+        sink = processor._sink
+        assert sink.remembered_bytes <= 12_000 and len(sink._done) == min(turn + 1, 2)
+    lates[0].end()  # its trace was forgotten: stored on its own, merged with its session
+    lates[2].end()  # its trace is remembered: re-assembled whole
+    assert processor.force_flush()
+    sessions = stored(db_path)
+    assert len(sessions) == 3
+    names = sorted(tuple(s.name for s in t.steps) for t in sessions.values())
+    assert names == [("chat m",), ("chat m", "t0"), ("chat m", "t2")]
+
+
 def test_one_conversation_over_two_traces_is_one_session(db_path, provider):
     processor = attach(db_path, tracer_provider=provider)
     tracer = provider.get_tracer("app")

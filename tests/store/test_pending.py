@@ -150,3 +150,15 @@ def test_purge_forgets_only_assembled_traces(db_path):
         counts = store.pending_counts()
         assert counts["spans_assembled"] == 0 and counts["spans_waiting"] == 1
         assert json.loads(store.pending_rows(["7" * 32])[0][0][2])["s"] == f"{3:016x}"
+
+
+def test_a_late_span_of_a_purged_trace_joins_its_stored_steps(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600, retain_seconds=0)
+        sink.add([agent(), tool(2, result="first")])
+        sink.assemble_ready()
+        assert sink.purge() == 2  # the trace's spans are gone; its steps are stored
+        sink.add([tool(3, result="late")])  # a late child: its trace is assembled from it alone
+        sink.assemble_ready(force=True)
+        steps = store.load(TRACE).steps
+    assert [s.action for s in steps] == ["first", "late"]

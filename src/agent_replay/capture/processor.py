@@ -144,7 +144,10 @@ class TrajectorySpanProcessor(SpanProcessor):
 
     ``store`` is a :class:`CheckpointStore` or a path (opened here and closed on
     :meth:`shutdown`). ``trace_idle_seconds`` bounds how long a trace whose root never ends
-    locally (a remote parent that never arrives) is buffered. The hooks are called on the
+    locally (a remote parent that never arrives) is buffered. Written traces are remembered so
+    that a late span re-assembles its whole trace, within ``remember_bytes`` of attribute text
+    (prompts and completions; the oldest are forgotten first, and a late span of a forgotten
+    trace is stored on its own and merged with the stored session). The hooks are called on the
     application's threads and never raise; everything else happens on one worker thread,
     which a process forked after construction gets a fresh copy of.
     """
@@ -157,9 +160,11 @@ class TrajectorySpanProcessor(SpanProcessor):
         schedule_delay_millis: float = 500,
         max_export_batch_size: int = 512,
         trace_idle_seconds: float = 30.0,
+        remember_bytes: int = 64 << 20,
     ) -> None:
         self.store, self._owns_store = open_store(store)
         self._trace_idle_seconds = trace_idle_seconds
+        self._remember_bytes = remember_bytes
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000.0
@@ -171,7 +176,12 @@ class TrajectorySpanProcessor(SpanProcessor):
     def _start_worker(self) -> None:
         # everything the worker shares with the hooks; rebuilt in a forked child, where the
         # parent's worker thread does not exist and its queue is the parent's to store
-        self._sink = SpanSink(self.store, source="otel", idle_seconds=self._trace_idle_seconds)
+        self._sink = SpanSink(
+            self.store,
+            source="otel",
+            idle_seconds=self._trace_idle_seconds,
+            remember_bytes=self._remember_bytes,
+        )
         self._errors = _ErrorLog("store captured spans")
         self._queue: deque[ReadableSpan] = deque()
         # span id -> whether spans started under it are skipped too (native step spans)

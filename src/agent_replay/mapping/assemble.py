@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -692,16 +692,39 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
     return Continuation.after(end, session)
 
 
-def merge(old: Trajectory, new: Trajectory) -> Trajectory:
+def merge(
+    old: Trajectory,
+    new: Trajectory,
+    *,
+    covered: Collection[tuple[str, str]] | None = None,
+) -> Trajectory:
     """One trajectory from two captures of the same session (a conversation spread over traces).
-    When ``new`` follows ``old`` (:func:`continue_session`) its steps come after ``old``'s;
-    otherwise steps of traces only ``old`` has are kept, the rest come from ``new``, and all
-    are put in start-time order."""
+
+    When ``new`` follows ``old`` (:func:`continue_session`) its steps come after ``old``'s.
+    Otherwise steps of traces only ``old`` has are kept, the rest come from ``new``, and all
+    are put in start-time order. ``covered``, the ``(trace_id, span_id)`` of every span ``new``
+    was assembled from, tells a trace assembled again whole (every span of its ``old`` steps
+    covered: ``new``'s steps replace them) from one assembled from late spans alone (``old``'s
+    steps of uncovered spans, and its steps without a span, are kept beside ``new``'s)."""
     continuation = continue_session(SessionEnd.of(old), new)
     if continuation is not None:
         return continuation.whole(old.steps)
     new_traces = set(new.metadata.get("trace_ids", ()))
-    kept = [s.draft() for s in old.steps if s.trace_id not in new_traces]
+    seen = covered if covered is not None else ()
+
+    def uncovered(s: Step) -> bool:
+        return s.span_id is None or (s.trace_id, s.span_id) not in seen
+
+    partial = {
+        s.trace_id
+        for s in old.steps
+        if covered is not None and s.trace_id in new_traces and s.span_id and uncovered(s)
+    }
+    kept = [
+        s.draft()
+        for s in old.steps
+        if s.trace_id not in new_traces or (s.trace_id in partial and uncovered(s))
+    ]
     if not kept:
         return new
     drafts = sorted(

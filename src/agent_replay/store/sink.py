@@ -3,8 +3,10 @@
 :class:`SpanSink` buffers normalised spans per trace *in memory* and, when a trace is complete
 (its local root span ended), idle for a while, or a flush is forced, assembles its
 trajectories and writes them in one transaction. Spans that arrive for a trace already written
-(late children, distributed traces) re-assemble that trace from every span seen; a
-conversation spread over several traces is merged with what the store already holds. Used by
+(late children, distributed traces) re-assemble that trace from every span seen, as long as
+the trace is remembered (the most recent ``remember_traces`` traces, within
+``remember_bytes`` of attribute text); a conversation spread over several traces is merged with
+what the store already holds. Used by
 the span processor's worker thread; not thread-safe itself.
 
 :class:`DurableSpanSink` does the same for the OTLP receiver, but buffers in the store's
@@ -21,7 +23,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from ..errors import AgentReplayError, SessionChangedError
 from ..mapping.assemble import assemble, continue_session, merge
@@ -52,15 +54,19 @@ class SpanSink:
         source: str = "otel",
         idle_seconds: float = 30.0,
         remember_traces: int = 4096,
+        remember_bytes: int = 64 << 20,
     ) -> None:
         self.store = store
         self.source = source
         self.idle_seconds = idle_seconds
         self.remember_traces = remember_traces
+        self.remember_bytes = remember_bytes
+        self.remembered_bytes = 0  # attribute text of the remembered written traces
         self._pending: dict[str, dict[str, NormalizedSpan]] = {}
         self._complete: set[str] = set()
         self._touched: dict[str, float] = {}
-        self._done: OrderedDict[str, dict[str, NormalizedSpan]] = OrderedDict()
+        # written traces kept for late spans, with the size of their attribute text
+        self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
 
@@ -75,8 +81,11 @@ class SpanSink:
             self.spans_seen += 1
             trace = self._pending.get(span.trace_id)
             if trace is None:
-                trace = self._pending[span.trace_id] = dict(self._done.pop(span.trace_id, {}))
-                if trace:  # a late span of a trace already written: its root has ended
+                done = self._done.pop(span.trace_id, None)
+                trace = self._pending[span.trace_id] = {}
+                if done is not None:  # a late span of a trace already written: its root ended
+                    trace.update(done[0])
+                    self.remembered_bytes -= done[1]
                     self._complete.add(span.trace_id)
             trace[span.span_id] = span
             self._touched[span.trace_id] = now
@@ -101,24 +110,56 @@ class SpanSink:
             self._complete.discard(trace_id)
             self._touched.pop(trace_id, None)
             spans.extend(trace.values())
-            self._done[trace_id] = trace
-            while len(self._done) > self.remember_traces:
-                self._done.popitem(last=False)
+            size = sum(map(_text_size, trace.values()))
+            self._done[trace_id] = (trace, size)
+            self.remembered_bytes += size
+            while self._done and (
+                len(self._done) > self.remember_traces
+                or self.remembered_bytes > self.remember_bytes
+            ):
+                self.remembered_bytes -= self._done.popitem(last=False)[1][1]
         trajectories = assemble(spans, source=self.source)
         if trajectories:
-            save_merged(self.store, trajectories, self.store.save_many)
+            covered = {(s.trace_id, s.span_id) for s in spans}
+            save_merged(self.store, trajectories, self.store.save_many, covered)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
 
+def _text_size(span: NormalizedSpan) -> int:
+    """About how much memory a span's content takes: the length of the text in its attributes
+    (prompts and completions), its events' and its log records' (bodies too) included."""
+    size = _text(span.attributes)
+    for event in span.events:
+        size += _text(event.attributes)
+    for log in span.logs:
+        size += _text(log.attributes) + _text(log.body)
+    return size
+
+
+def _text(value: object) -> int:
+    if type(value) is str:
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(_text(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_text(v) for v in value)
+    return 0
+
+
 def merged_with_stored(
-    store: CheckpointStore, trajectory: Trajectory, *, follow: bool = True
+    store: CheckpointStore,
+    trajectory: Trajectory,
+    *,
+    follow: bool = True,
+    covered: Collection[tuple[str, str]] | None = None,
 ) -> Trajectory | Continuation:
     """``trajectory`` as it is to be saved beside the stored session of the same id (other
-    traces of the same conversation): when it follows that session, a continuation of it that
-    reads only the stored session's end (so a conversation of n traces costs O(n), not O(n²)
-    loads and seals); otherwise merged with the whole stored session (also when ``follow`` is
-    false); itself when there is none or it cannot be read."""
+    traces of the same conversation, or earlier spans of its own traces): when it follows
+    that session, a continuation of it that reads only the stored session's end (so a
+    conversation of n traces costs O(n), not O(n²) loads and seals); otherwise merged with the
+    whole stored session (also when ``follow`` is false; ``covered`` as in :func:`merge`);
+    itself when there is none or it cannot be read."""
     if trajectory.session_id not in store:
         return trajectory
     try:
@@ -132,21 +173,22 @@ def merged_with_stored(
             "agent-replay: replacing unreadable session %s (%s)", trajectory.session_id, exc
         )
         return trajectory
-    return merge(old, trajectory)
+    return merge(old, trajectory, covered=covered)
 
 
 def save_merged(
     store: CheckpointStore,
     trajectories: Sequence[Trajectory],
     write: Callable[[list[Trajectory | Continuation]], None],
+    covered: Collection[tuple[str, str]] | None = None,
 ) -> None:
-    """``write`` (one transaction) ``trajectories`` merged with what ``store`` holds. When
-    another writer changed a session between reading its end and writing, merge with the whole
-    stored sessions and write again."""
+    """``write`` (one transaction) ``trajectories``, assembled from the spans ``covered``,
+    merged with what ``store`` holds. When another writer changed a session between reading
+    its end and writing, merge with the whole stored sessions and write again."""
     try:
-        write([merged_with_stored(store, t) for t in trajectories])
+        write([merged_with_stored(store, t, covered=covered) for t in trajectories])
     except SessionChangedError:
-        write([merged_with_stored(store, t, follow=False) for t in trajectories])
+        write([merged_with_stored(store, t, follow=False, covered=covered) for t in trajectories])
 
 
 def _dumps(data: dict) -> bytes:
@@ -223,7 +265,8 @@ class DurableSpanSink:
                 spans=[(t, s) for t, s, _ in span_rows],
                 logs=[d for d, _ in log_rows],
             )
-            save_merged(self.store, trajectories, commit)
+            covered = {(t, s) for t, s, _ in span_rows}
+            save_merged(self.store, trajectories, commit, covered)
             written += len(trajectories)
         self.sessions_written += written
         return written
