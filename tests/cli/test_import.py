@@ -62,3 +62,47 @@ def test_import_with_explicit_format_and_strict(tmp_path, db_path):
     assert ok.exit_code == 0 and "warning" in ok.output and "line 2" in ok.output
     strict = runner.invoke(main, ["import", str(path), "--db", str(db_path), "--strict"])
     assert strict.exit_code == 1
+
+
+def otlp_file(path: Path, *spans: dict) -> Path:
+    """An OTLP/JSON file (one ExportTraceServiceRequest) holding ``spans``."""
+    request = {"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}
+    path.write_text(json.dumps(request) + "\n")
+    return path
+
+
+def otlp_span(n: int, name: str, parent: int | None = None, **attributes: str) -> dict:
+    span = {
+        "traceId": "ab" * 16,
+        "spanId": f"{n:016x}",
+        "name": name,
+        "startTimeUnixNano": str(1000 * n),
+        "endTimeUnixNano": str(1000 * n + 500),
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+    }
+    if parent is not None:
+        span["parentSpanId"] = f"{parent:016x}"
+    return span
+
+
+def test_a_trace_split_over_imports_keeps_every_step_once(tmp_path, db_path):
+    def tool(n, result):
+        return otlp_span(
+            n,
+            "execute_tool t",
+            1,
+            **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"},
+            **{"gen_ai.tool.call.result": result},
+        )
+
+    agent = otlp_span(1, "invoke_agent a", **{"gen_ai.operation.name": "invoke_agent"})
+    first = otlp_file(tmp_path / "first.json", agent, tool(2, "early"))
+    late = otlp_file(tmp_path / "late.json", tool(3, "late"))  # e.g. the next rotated file
+    runner = CliRunner()
+    for path in (first, late, first):  # the first file again: still one copy of each step
+        result = runner.invoke(main, ["import", str(path), "--db", str(db_path)])
+        assert result.exit_code == 0, result.output
+    with CheckpointStore(db_path) as store:
+        (session,) = store.session_ids()
+        steps = store.load(session).steps
+    assert [s.action for s in steps] == ["early", "late"]

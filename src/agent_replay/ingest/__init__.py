@@ -83,11 +83,13 @@ class SourceReport:
 
 @dataclass
 class ImportResult:
-    """Everything one import produced: trajectories, per-source reports and warnings."""
+    """Everything one import produced: trajectories, per-source reports and warnings.
+    ``spans`` holds the ``(trace_id, span_id)`` of every OTLP span read."""
 
     trajectories: list[Trajectory] = field(default_factory=list)
     sources: list[SourceReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    spans: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     @property
     def errors(self) -> list[ImportFormatError]:
@@ -351,6 +353,7 @@ def load_many(
             logs.extend(parsed.logs)
             for span in parsed.spans:
                 files_of_trace.setdefault(span.trace_id, set()).add(report.source)
+                result.spans.add((span.trace_id, span.span_id))
             result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
         result.sources.append(report)
         if on_source is not None:
@@ -394,8 +397,8 @@ def import_into(
     """:func:`load_many`, then save the trajectories in ``store`` (one transaction).
 
     A session already in the store is merged with the imported one when both came from OTel
-    traces (a conversation imported file by file); otherwise it is replaced, so importing the
-    same file twice leaves one copy.
+    traces (a conversation imported file by file; late spans of a stored trace join its
+    stored steps); otherwise it is replaced, so importing the same file twice leaves one copy.
     """
     result = load_many(sources, format, on_source=on_source)
     final: dict[str, Trajectory] = {}
@@ -413,7 +416,7 @@ def import_into(
             and previous.metadata.get("trace_ids")
             and trajectory.metadata.get("trace_ids")
         ):
-            trajectory = merge(previous, trajectory)
+            trajectory = merge(previous, trajectory, covered=result.spans)
         final[trajectory.session_id] = trajectory
     if final:
         store.save_many(list(final.values()))
