@@ -631,27 +631,27 @@ def capture_report(
     return report
 
 
+# the sentence each non-empty list of a capture report adds to its notes (with its length)
+_SUMMARY_NOTES = (
+    (
+        "truncated_steps",
+        "{} step(s) lost attributes at the SDK limit (raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT); "
+        "their content may be incomplete",
+    ),
+    ("tool_steps_without_result", "{} tool step(s) have no recorded result"),
+    (
+        "synthesized_tool_steps",
+        "{} tool step(s) were rebuilt from later prompts (no tool span was recorded for them)",
+    ),
+    ("unanswered_tool_calls", "{} requested tool call(s) have no recorded result"),
+    ("opaque_steps", "{} unrecognised span(s) kept as opaque steps"),
+)
+
+
 def _summary_notes(report: Mapping[str, Any]) -> list[str]:
     """The sentences a capture report's lists add to its notes."""
-    notes = []
-    if report.get("steps_without_content"):
-        notes.append(CONTENT_HINT)
-    if truncated := report.get("truncated_steps"):
-        notes.append(
-            f"{len(truncated)} step(s) lost attributes at the SDK limit (raise "
-            "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT); their content may be incomplete"
-        )
-    if no_result := report.get("tool_steps_without_result"):
-        notes.append(f"{len(no_result)} tool step(s) have no recorded result")
-    if synthesized := report.get("synthesized_tool_steps"):
-        notes.append(
-            f"{len(synthesized)} tool step(s) were rebuilt from later prompts (no tool span "
-            "was recorded for them)"
-        )
-    if unanswered := report.get("unanswered_tool_calls"):
-        notes.append(f"{len(unanswered)} requested tool call(s) have no recorded result")
-    if opaque := report.get("opaque_steps"):
-        notes.append(f"{len(opaque)} unrecognised span(s) kept as opaque steps")
+    notes = [CONTENT_HINT] if report.get("steps_without_content") else []
+    notes.extend(text.format(len(report[key])) for key, text in _SUMMARY_NOTES if report.get(key))
     return notes
 
 
