@@ -3,8 +3,12 @@ its end is read, new steps are sealed after it, and the result is the session th
 every span at once gives."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent_replay import CheckpointStore
 from agent_replay.errors import ChainIntegrityError, SessionChangedError
@@ -220,3 +224,97 @@ def test_continuation_checks_the_stored_step_count():
     whole_ = continuation.whole(first.steps)
     whole_.verify()
     assert continuation.header() == whole_.header()
+
+
+# -- any arrival order: every step once, in time order -------------------------------------------
+
+
+@st.composite
+def arrivals(draw):
+    """Spans of several traces of one conversation (tool calls under an agent span, at random
+    times, traces may overlap), cut into deliveries in a random order: a trace may arrive in
+    two parts (a late span), and the sink flushes after some deliveries."""
+    n_traces = draw(st.integers(1, 5))
+    spans, next_id = [], 1
+    for t in range(n_traces):
+        trace = f"{t + 1:032x}"
+        start = draw(st.integers(0, 1000))
+        root = NormalizedSpan(
+            trace_id=trace,
+            span_id=f"{next_id:016x}",
+            name="invoke_agent a",
+            start_ns=start,
+            end_ns=start + 10_000,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "a",
+                "gen_ai.conversation.id": CONV,
+            },
+        )
+        next_id += 1
+        children = []
+        for _ in range(draw(st.integers(1, 3))):
+            at = start + draw(st.integers(1, 5000))
+            children.append(
+                NormalizedSpan(
+                    trace_id=trace,
+                    span_id=f"{next_id:016x}",
+                    name="execute_tool t",
+                    parent_span_id=root.span_id,
+                    start_ns=at,
+                    end_ns=at + 1,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": "t",
+                        "gen_ai.tool.call.result": f"r{next_id}",
+                    },
+                )
+            )
+            next_id += 1
+        parts = [[root, *children]]
+        if len(children) > 1 and draw(st.booleans()):  # the last child arrives late
+            parts = [[root, *children[:-1]], [children[-1]]]
+        spans.append(parts)
+    deliveries = [part for parts in spans for part in parts]
+    order = draw(st.permutations(range(len(deliveries))))
+    # a late part never arrives before its trace's first part (the root ends its trace)
+    ordered = sorted(order, key=lambda i: (i, 0))
+    seen, out = set(), []
+    for i in ordered:
+        part = deliveries[i]
+        if part[0].parent_span_id is not None and part[0].trace_id not in seen:
+            continue  # re-queued below, after its first part
+        seen.add(part[0].trace_id)
+        out.append(part)
+    out += [deliveries[i] for i in ordered if deliveries[i] not in out]
+    flushes = draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out)))
+    remember = draw(st.integers(0, 3))
+    tools = [c for parts in spans for part in parts for c in part if c.parent_span_id]
+    windows = {parts[0][0].trace_id: (parts[0][0].start_ns, parts[0][0].end_ns) for parts in spans}
+    return out, flushes, remember, tools, windows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=arrivals())
+def test_any_arrival_order_stores_every_step_once_in_time_order(case):
+    """Every step is stored once, whatever the arrival order, flushes and forgetting; a trace's
+    steps are in start-time order, and a trace that ends before another starts comes first.
+    (Traces that overlap in time are ordered by their roots when assembled together, by their
+    steps' start times when merged.)"""
+    deliveries, flushes, remember, tools, windows = case
+    with tempfile.TemporaryDirectory() as tmp:
+        with CheckpointStore(Path(tmp) / "s.sqlite", durable=False) as store:
+            sink = SpanSink(store, remember_traces=remember)
+            for part, flush in zip(deliveries, flushes, strict=True):
+                sink.add(part)
+                if flush:
+                    sink.flush()
+            sink.flush(force=True)
+            steps = store.load(CONV).steps  # every hash and link checked
+    assert sorted(s.span_id for s in steps) == sorted(t.span_id for t in tools)
+    for i, a in enumerate(steps):
+        for b in steps[i + 1 :]:
+            if a.trace_id == b.trace_id:
+                assert a.started_ns <= b.started_ns
+            else:
+                assert windows[b.trace_id][1] >= windows[a.trace_id][0]  # b did not end first

@@ -162,3 +162,22 @@ def test_a_late_span_of_a_purged_trace_joins_its_stored_steps(db_path):
         sink.assemble_ready(force=True)
         steps = store.load(TRACE).steps
     assert [s.action for s in steps] == ["first", "late"]
+
+
+def test_a_late_span_of_a_purged_trace_finds_its_conversation(db_path):
+    """The conversation id is on the agent span only; the late span still joins the
+    conversation's session, not a session of its own trace."""
+    root = span(
+        1,
+        trace=TRACE,
+        **{"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv"},
+    )
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600, retain_seconds=0)
+        sink.add([root, tool(2, result="first")])
+        sink.assemble_ready()
+        sink.purge()
+        sink.add([tool(3, result="late")])
+        sink.assemble_ready(force=True)
+        assert store.session_ids() == ["conv"]
+        assert [s.action for s in store.load("conv").steps] == ["first", "late"]

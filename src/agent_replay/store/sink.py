@@ -24,6 +24,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from ..errors import AgentReplayError, SessionChangedError
 from ..mapping.assemble import assemble, continue_session, merge
@@ -69,6 +70,7 @@ class SpanSink:
         self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
+        self._sessions = TraceSessions()
 
     @property
     def pending_spans(self) -> int:
@@ -118,12 +120,53 @@ class SpanSink:
                 or self.remembered_bytes > self.remember_bytes
             ):
                 self.remembered_bytes -= self._done.popitem(last=False)[1][1]
-        trajectories = assemble(spans, source=self.source)
+        trajectories = self._sessions.rehome(assemble(spans, source=self.source))
         if trajectories:
             covered = {(s.trace_id, s.span_id) for s in spans}
             save_merged(self.store, trajectories, self.store.save_many, covered)
+            self._sessions.note(trajectories)
         self.sessions_written += len(trajectories)
         return len(trajectories)
+
+
+class TraceSessions:
+    """The session each recently written trace went to (the most recent ``limit`` traces).
+
+    Instrumentations often put the conversation id on the agent span only, so late spans of a
+    trace that is no longer remembered whole carry none, and are assembled into a session
+    keyed by their trace id. :meth:`rehome` gives such a trajectory the session its trace went
+    to, where it is merged with the trace's stored steps.
+    """
+
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._owner: OrderedDict[str, str] = OrderedDict()
+
+    def rehome(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+        """``trajectories`` with those keyed by a trace that went to another session moved to
+        it (merged with one of the same session assembled beside them)."""
+        out: dict[str, Trajectory] = {}
+        for trajectory in trajectories:
+            sid = trajectory.session_id
+            owner = self._owner.get(sid)
+            if (
+                owner is not None
+                and owner != sid
+                and sid in trajectory.metadata.get("trace_ids", ())
+            ):
+                trajectory = replace(trajectory, session_id=owner)
+                sid = owner
+            out[sid] = merge(out[sid], trajectory) if sid in out else trajectory
+        return list(out.values())
+
+    def note(self, trajectories: Iterable[Trajectory]) -> None:
+        owner = self._owner
+        for trajectory in trajectories:
+            for trace_id in trajectory.metadata.get("trace_ids", ()):
+                owner[trace_id] = trajectory.session_id
+                owner.move_to_end(trace_id)
+        while len(owner) > self.limit:
+            owner.popitem(last=False)
 
 
 def _text_size(span: NormalizedSpan) -> int:
@@ -221,6 +264,7 @@ class DurableSpanSink:
         self.batch_traces = batch_traces
         self.sessions_written = 0
         self.unjoinable_logs = 0
+        self._sessions = TraceSessions()
 
     def add(
         self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
@@ -259,7 +303,7 @@ class DurableSpanSink:
             logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
             if logs:
                 spans, _ = attach_logs(spans, logs)
-            trajectories = assemble(spans, source=self.source)
+            trajectories = self._sessions.rehome(assemble(spans, source=self.source))
             commit = functools.partial(
                 self.store.commit_assembled,
                 spans=[(t, s) for t, s, _ in span_rows],
@@ -267,6 +311,7 @@ class DurableSpanSink:
             )
             covered = {(t, s) for t, s, _ in span_rows}
             save_merged(self.store, trajectories, commit, covered)
+            self._sessions.note(trajectories)
             written += len(trajectories)
         self.sessions_written += written
         return written
