@@ -4,10 +4,9 @@
 (its local root span ended), idle for a while, or a flush is forced, assembles its
 trajectories and writes them in one transaction. Spans that arrive for a trace already written
 (late children, distributed traces) re-assemble that trace from every span seen, as long as
-the trace is remembered (the most recent ``remember_traces`` traces, within
-``remember_bytes`` of attribute text); a conversation spread over several traces is merged with
-what the store already holds. Used by
-the span processor's worker thread; not thread-safe itself.
+the trace is remembered (the most recent ``remember_traces`` traces, within ``remember_bytes``
+of attribute text); a conversation spread over several traces is merged with what the store
+already holds. Used by the span processor's worker thread; not thread-safe itself.
 
 :class:`DurableSpanSink` does the same for the OTLP receiver, but buffers in the store's
 pending tables: :meth:`~DurableSpanSink.add` returns only once the spans are committed to disk,
