@@ -30,7 +30,7 @@ from agent_spans import (
     openinference_tool_span,
 )
 from fake_openai import chat_completion
-from instrumenting import instrumented
+from instrumenting import instrumented, openai_instrumentor
 from stored import stored_trajectory
 
 SYSTEM = "You are a weather bot."
@@ -145,27 +145,21 @@ def bare_call() -> None:
 
 @pytest.fixture
 def otel_genai(monkeypatch, provider) -> Iterator[Any]:
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
-    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
+    with instrumented(openai_instrumentor("gen_ai"), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
 @pytest.fixture
 def otel_genai_no_content(monkeypatch, provider) -> Iterator[Any]:
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
-    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
+    with instrumented(openai_instrumentor("gen_ai"), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
 @pytest.fixture
 def openinference(provider) -> Iterator[Any]:
-    from openinference.instrumentation.openai import OpenAIInstrumentor
-
-    with instrumented(OpenAIInstrumentor(), provider, bare_call) as instrumentor:
+    with instrumented(openai_instrumentor("openinference"), provider, bare_call) as instrumentor:
         yield instrumentor
 
 
@@ -270,12 +264,10 @@ def _without_nulls(value: Any) -> Any:
 def test_both_dialects_yield_the_same_llm_content(tmp_path, monkeypatch):
     """Replay matches steps by content, so an LLM call must read the same whichever
     instrumentation recorded it (up to fields one side leaves null)."""
-    from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInference
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor as OtelGenAI
-
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     results = []
-    for number, instrumentor in enumerate((OtelGenAI(), OpenInference())):
+    vendors = ("gen_ai", "openinference")
+    for number, instrumentor in enumerate(openai_instrumentor(v) for v in vendors):
         tracer_provider = TracerProvider()
         exporter = InMemorySpanExporter()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -174,11 +174,16 @@ def test_a_trace_that_does_not_follow_is_merged_whole(db_path):
     assert [s.trace_id for s in loaded.steps] == [TURNS[0][0].trace_id, TURNS[2][0].trace_id]
 
 
-def test_a_late_span_of_a_stored_trace_is_not_a_continuation(db_path):
+def test_a_late_span_of_a_stored_trace_is_not_a_continuation():
     (first,) = assemble(TURNS[0])
-    (again,) = assemble(TURNS[0][:1] + TURNS[0][1:])
+    late = turn(0, answers="c0")[-1]  # a tool span of the same trace, ending after the rest
+    spans = [*TURNS[0], late]
+    (again,) = assemble(spans)  # the trace assembled again, late span included
     assert continue_session(SessionEnd.of(first), again) is None
-    assert merge(first, again).steps == again.steps
+    covered = {(s.trace_id, s.span_id) for s in spans}
+    merged = merge(first, again, covered=covered)
+    assert [s.name for s in merged.steps] == ["chat m", "lookup"]
+    assert merged.steps == again.steps  # the whole trace again: it replaces the stored one
 
 
 def test_a_session_changed_by_another_writer_is_merged_again(db_path):

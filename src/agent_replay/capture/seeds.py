@@ -64,11 +64,8 @@ class KeyedRandom(random.Random):
         self.gauss_next = None
 
     def random(self) -> float:
-        # _mix written out: this is the draw of every re-drawn step
-        z = self._state = (self._state + _GOLDEN) & _M64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-        return ((z ^ (z >> 31)) >> 11) * 1.1102230246251565e-16  # 2**-53
+        state = self._state = (self._state + _GOLDEN) & _M64
+        return (_mix(state) >> 11) * 1.1102230246251565e-16  # 2**-53
 
     def getrandbits(self, k: int) -> int:
         if k < 0:

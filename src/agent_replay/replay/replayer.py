@@ -206,8 +206,8 @@ class Replayer:
         # another draw independently (common random numbers hold within one recording)
         self._served, self._recording = _prepared(trajectory)
         self._modes = plan.modes(len(self.recorded))
-        self._step_base: int | None = None  # derived on first use: a rollout that serves
-        # every step never draws
+        # derived on first use: a rollout that serves every step never draws
+        self._step_base: int | None = None
 
     def _step_seed(self, position: int) -> int:
         """The seed of re-drawn step ``position``'s stream in this rollout."""
