@@ -2,7 +2,6 @@
 its end is read, new steps are sealed after it, and the result is the session that assembling
 every span at once gives."""
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -16,84 +15,7 @@ from agent_replay.mapping.assemble import assemble, capture_report, continue_ses
 from agent_replay.mapping.spans import NormalizedSpan
 from agent_replay.model import Continuation, SessionEnd
 from agent_replay.store.sink import DurableSpanSink, SpanSink, save_merged
-
-CONV = "conv-1"
-
-
-def turn(n: int, *, content: bool = True, call: str | None = None, answers: str | None = None):
-    """Spans of turn ``n`` (its own trace): an agent span, a chat span and, when ``answers``
-    names a tool call an earlier turn requested, the tool span answering it."""
-    trace = f"{n + 1:032x}"
-    base = n * 100
-
-    def span(k, parent, name, **attributes):
-        return NormalizedSpan(
-            trace_id=trace,
-            span_id=f"{base + k:016x}",
-            name=name,
-            parent_span_id=None if parent is None else f"{base + parent:016x}",
-            start_ns=base + k,
-            end_ns=base + 50 - k,
-            attributes=attributes,
-        )
-
-    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
-    if content:
-        question = [{"role": "user", "parts": [{"type": "text", "content": f"question {n}"}]}]
-        parts = [{"type": "text", "content": f"answer {n}"}]
-        if call:
-            parts.append({"type": "tool_call", "id": call, "name": "lookup", "arguments": {}})
-        chat["gen_ai.input.messages"] = json.dumps(question)
-        chat["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": parts}])
-    spans = [
-        span(
-            1,
-            None,
-            "invoke_agent a",
-            **{
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": "a",
-                "gen_ai.conversation.id": CONV,
-            },
-        ),
-        span(2, 1, "chat m", **chat),
-    ]
-    if answers:
-        spans.append(
-            span(
-                3,
-                1,
-                "execute_tool lookup",
-                **{
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "lookup",
-                    "gen_ai.tool.call.id": answers,
-                    "gen_ai.tool.call.result": "found",
-                },
-            )
-        )
-    return spans
-
-
-TURNS = [
-    turn(0),
-    turn(1, content=False),  # a content-less step: a note and an index in the report
-    turn(2, call="c1"),  # requests a call that ...
-    turn(3, answers="c1"),  # ... the next trace answers
-    turn(4, call="c2"),  # never answered
-    turn(5),
-]
-
-
-def whole():
-    """The session assembled from every span at once."""
-    (trajectory,) = assemble([s for spans in TURNS for s in spans])
-    return trajectory
-
-
-def facts(step):
-    attributes = {k: v for k, v in step.attributes.items() if k != "requested_by"}
-    return (step.index, step.name, step.span_id, step.inputs, step.output_payload(), attributes)
+from conversation_turns import CONV, TURNS, facts, turn, whole
 
 
 def without_counts(report):

@@ -1,4 +1,4 @@
-"""Schema 2: the receiver's pending tables, the 1 → 2 migration, and DurableSpanSink."""
+"""Schema 2: the receiver's pending tables, the migration from schema 1, and DurableSpanSink."""
 
 import json
 import sqlite3
@@ -40,30 +40,33 @@ def tool(n, parent=1, trace=TRACE, result="r"):
 
 def test_a_schema_1_store_is_migrated_in_place_and_stays_readable(db_path):
     trajectory = Trajectory(
-        "old", chain_steps([StepDraft(kind=StepKind.LLM, name="x", inputs=1, action=2)])
+        "old",
+        chain_steps([StepDraft(kind=StepKind.LLM, name="x", inputs=1, action=2)]),
+        metadata={"trace_ids": [TRACE]},
     )
     with CheckpointStore(db_path) as store:
         store.save(trajectory)
-    # make it exactly what schema 1 wrote: no pending tables, version 1
+    # make it exactly what schema 1 wrote: no pending tables, no trace index, version 1
     conn = sqlite3.connect(db_path)
-    conn.execute("DROP TABLE pending_spans")
-    conn.execute("DROP TABLE pending_logs")
+    for table in ("pending_spans", "pending_logs", "session_traces"):
+        conn.execute(f"DROP TABLE {table}")
     conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     conn.commit()
     conn.close()
     with CheckpointStore(db_path) as store:
         assert store.load("old") == trajectory
         assert store.pending_counts()["spans_waiting"] == 0
+        assert store.trace_sessions([TRACE]) == {TRACE: "old"}  # the index was filled
     conn = sqlite3.connect(db_path)
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
     conn.close()
-    assert int(version) == SCHEMA_VERSION == 2
+    assert int(version) == SCHEMA_VERSION == 3
 
 
 def test_a_newer_schema_is_refused(db_path):
     CheckpointStore(db_path).close()
     conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.execute(f"UPDATE meta SET value='{SCHEMA_VERSION + 1}' WHERE key='schema_version'")
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="newer agent-replay"):

@@ -32,9 +32,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from ..errors import ImportFormatError
-from ..mapping.assemble import assemble, merge
+from ..mapping.assemble import assemble
 from ..mapping.spans import attach_logs
 from ..model import Trajectory
+from ..store.sink import rehome, save_merged
 from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
@@ -396,28 +397,24 @@ def import_into(
 ) -> ImportResult:
     """:func:`load_many`, then save the trajectories in ``store`` (one transaction).
 
-    A session already in the store is merged with the imported one when both came from OTel
-    traces (a conversation imported file by file; late spans of a stored trace join its
-    stored steps); otherwise it is replaced, so importing the same file twice leaves one copy.
+    Trajectories captured from OTel traces join what the store already holds of them, as the
+    receiver's do: a conversation imported file by file is continued after its stored steps
+    (only the stored session's end is read), late spans of a stored trace join its stored
+    steps, and spans of a trace whose conversation id was in an earlier file go to that
+    conversation. Other trajectories replace a stored session of the same id, so importing
+    the same file twice leaves one copy.
     """
     result = load_many(sources, format, on_source=on_source)
-    final: dict[str, Trajectory] = {}
-    for trajectory in result.trajectories:
-        previous = final.get(trajectory.session_id)
-        if previous is None and trajectory.session_id in store:
-            try:
-                previous = store.load(trajectory.session_id)
-            except Exception as exc:  # unreadable old copy: the import replaces it
-                result.warnings.append(
-                    f"replacing unreadable session {trajectory.session_id}: {exc}"
-                )
-        if (
-            previous is not None
-            and previous.metadata.get("trace_ids")
-            and trajectory.metadata.get("trace_ids")
-        ):
-            trajectory = merge(previous, trajectory, covered=result.spans)
-        final[trajectory.session_id] = trajectory
-    if final:
-        store.save_many(list(final.values()))
+    traced, untraced = [], []
+    for trajectory in rehome(store, result.trajectories):
+        (traced if trajectory.metadata.get("trace_ids") else untraced).append(trajectory)
+    if traced or untraced:
+        save_merged(
+            store,
+            traced,
+            lambda items: store.save_many([*items, *untraced]),
+            result.spans,
+            replace_untraced=True,
+            warnings=result.warnings,
+        )
     return result

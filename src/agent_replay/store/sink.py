@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..errors import AgentReplayError, SessionChangedError
 from ..mapping.assemble import assemble, continue_session, merge
@@ -39,7 +40,7 @@ from ..mapping.spans import (
 from ..model import Continuation, Trajectory
 from .sqlite import CheckpointStore
 
-__all__ = ["DurableSpanSink", "SpanSink"]
+__all__ = ["DurableSpanSink", "SpanSink", "rehome", "save_merged"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ class SpanSink:
         self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
-        self._sessions = TraceSessions()
 
     @property
     def pending_spans(self) -> int:
@@ -119,53 +119,38 @@ class SpanSink:
                 or self.remembered_bytes > self.remember_bytes
             ):
                 self.remembered_bytes -= self._done.popitem(last=False)[1][1]
-        trajectories = self._sessions.rehome(assemble(spans, source=self.source))
+        trajectories = rehome(self.store, assemble(spans, source=self.source))
         if trajectories:
             covered = {(s.trace_id, s.span_id) for s in spans}
             save_merged(self.store, trajectories, self.store.save_many, covered)
-            self._sessions.note(trajectories)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
 
-class TraceSessions:
-    """The session each recently written trace went to (the most recent ``limit`` traces).
-
-    Instrumentations often put the conversation id on the agent span only, so late spans of a
-    trace that is no longer remembered whole carry none, and are assembled into a session
-    keyed by their trace id. :meth:`rehome` gives such a trajectory the session its trace went
-    to, where it is merged with the trace's stored steps.
-    """
-
-    def __init__(self, limit: int = 65536) -> None:
-        self.limit = limit
-        self._owner: OrderedDict[str, str] = OrderedDict()
-
-    def rehome(self, trajectories: list[Trajectory]) -> list[Trajectory]:
-        """``trajectories`` with those keyed by a trace that went to another session moved to
-        it (merged with one of the same session assembled beside them)."""
-        out: dict[str, Trajectory] = {}
-        for trajectory in trajectories:
-            sid = trajectory.session_id
-            owner = self._owner.get(sid)
-            if (
-                owner is not None
-                and owner != sid
-                and sid in trajectory.metadata.get("trace_ids", ())
-            ):
-                trajectory = replace(trajectory, session_id=owner)
-                sid = owner
-            out[sid] = merge(out[sid], trajectory) if sid in out else trajectory
-        return list(out.values())
-
-    def note(self, trajectories: Iterable[Trajectory]) -> None:
-        owner = self._owner
-        for trajectory in trajectories:
-            for trace_id in trajectory.metadata.get("trace_ids", ()):
-                owner[trace_id] = trajectory.session_id
-                owner.move_to_end(trace_id)
-        while len(owner) > self.limit:
-            owner.popitem(last=False)
+def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """``trajectories`` ready to be saved in ``store``: one assembled from spans of a trace
+    alone (keyed by its trace id, because the conversation id was on spans stored earlier:
+    instrumentations often put it on the agent span only) moves to the session the store says
+    the trace went to, where it is merged with the trace's stored steps; trajectories of one
+    session are merged (when both were captured from traces; otherwise the later one
+    replaces the earlier, as a file imported twice does)."""
+    items = list(trajectories)
+    keyed = [t.session_id for t in items if t.session_id in t.metadata.get("trace_ids", ())]
+    owners = store.trace_sessions(keyed) if keyed else {}
+    out: dict[str, Trajectory] = {}
+    for trajectory in items:
+        owner = owners.get(trajectory.session_id)
+        if owner is not None and owner != trajectory.session_id:
+            trajectory = replace(trajectory, session_id=owner)
+        previous = out.get(trajectory.session_id)
+        if (
+            previous is not None
+            and previous.metadata.get("trace_ids")
+            and trajectory.metadata.get("trace_ids")
+        ):
+            trajectory = merge(previous, trajectory)
+        out[trajectory.session_id] = trajectory
+    return list(out.values())
 
 
 def _text_size(span: NormalizedSpan) -> int:
@@ -195,13 +180,16 @@ def merged_with_stored(
     *,
     follow: bool = True,
     covered: Collection[tuple[str, str]] | None = None,
+    replace_untraced: bool = False,
+    warnings: list[str] | None = None,
 ) -> Trajectory | Continuation:
     """``trajectory`` as it is to be saved beside the stored session of the same id (other
     traces of the same conversation, or earlier spans of its own traces): when it follows
     that session, a continuation of it that reads only the stored session's end (so a
     conversation of n traces costs O(n), not O(n²) loads and seals); otherwise merged with the
     whole stored session (also when ``follow`` is false; ``covered`` as in :func:`merge`);
-    itself when there is none or it cannot be read."""
+    itself when there is none, when it cannot be read (said in ``warnings`` if given, else
+    logged), or when ``replace_untraced`` and the stored one was not captured from traces."""
     if trajectory.session_id not in store:
         return trajectory
     try:
@@ -211,9 +199,13 @@ def merged_with_stored(
                 return continuation
         old = store.load(trajectory.session_id)
     except AgentReplayError as exc:
-        _log.warning(
-            "agent-replay: replacing unreadable session %s (%s)", trajectory.session_id, exc
-        )
+        message = f"replacing unreadable session {trajectory.session_id}: {exc}"
+        if warnings is None:
+            _log.warning("agent-replay: %s", message)
+        else:
+            warnings.append(message)
+        return trajectory
+    if replace_untraced and not old.metadata.get("trace_ids"):
         return trajectory
     return merge(old, trajectory, covered=covered)
 
@@ -223,14 +215,21 @@ def save_merged(
     trajectories: Sequence[Trajectory],
     write: Callable[[list[Trajectory | Continuation]], None],
     covered: Collection[tuple[str, str]] | None = None,
+    **options: Any,
 ) -> None:
     """``write`` (one transaction) ``trajectories``, assembled from the spans ``covered``,
-    merged with what ``store`` holds. When another writer changed a session between reading
-    its end and writing, merge with the whole stored sessions and write again."""
+    merged with what ``store`` holds (``options`` as in :func:`merged_with_stored`). When
+    another writer changed a session between reading its end and writing, merge with the
+    whole stored sessions and write again."""
     try:
-        write([merged_with_stored(store, t, covered=covered) for t in trajectories])
+        write([merged_with_stored(store, t, covered=covered, **options) for t in trajectories])
     except SessionChangedError:
-        write([merged_with_stored(store, t, follow=False, covered=covered) for t in trajectories])
+        write(
+            [
+                merged_with_stored(store, t, follow=False, covered=covered, **options)
+                for t in trajectories
+            ]
+        )
 
 
 def _dumps(data: dict) -> bytes:
@@ -263,7 +262,6 @@ class DurableSpanSink:
         self.batch_traces = batch_traces
         self.sessions_written = 0
         self.unjoinable_logs = 0
-        self._sessions = TraceSessions()
 
     def add(
         self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
@@ -302,7 +300,7 @@ class DurableSpanSink:
             logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
             if logs:
                 spans, _ = attach_logs(spans, logs)
-            trajectories = self._sessions.rehome(assemble(spans, source=self.source))
+            trajectories = rehome(self.store, assemble(spans, source=self.source))
             commit = functools.partial(
                 self.store.commit_assembled,
                 spans=[(t, s) for t, s, _ in span_rows],
@@ -310,7 +308,6 @@ class DurableSpanSink:
             )
             covered = {(t, s) for t, s, _ in span_rows}
             save_merged(self.store, trajectories, commit, covered)
-            self._sessions.note(trajectories)
             written += len(trajectories)
         self.sessions_written += written
         return written

@@ -14,10 +14,16 @@ Layout (schema version in ``meta``):
   assembly (``state`` 1), the spans of assembled traces so that late spans re-assemble the
   whole trace. Rows are keyed by trace and span id (log records by a digest of their content),
   so a retried export is stored once.
+* ``session_traces(trace_id, session_id)`` (schema 3): which sessions hold steps of which
+  OTel trace, written with the session rows, so that spans of a trace stored earlier (late
+  spans, another service's part of a distributed trace, the next file of an import, spans
+  received after a restart) join the session the trace went to. An index derived from the
+  hashed session headers (``metadata["trace_ids"]``), not part of any hash.
 
-Schema history: 1 → 2 added the two pending tables. A schema-1 file is migrated in place, in
-one transaction, the first time this version opens it (nothing else changes, so everything in
-it stays readable); a schema-2 file is refused by agent-replay versions that only know 1.
+Schema history: 1 → 2 added the two pending tables; 2 → 3 the trace index, filled from the
+stored session headers. An older file is migrated in place, in one transaction, the first
+time this version opens it (nothing else changes, so everything in it stays readable); a file
+of a newer schema is refused by agent-replay versions that do not know it.
 
 Loading checks every blob hash, every step hash, every link and the session digest, and raises
 :class:`ChainIntegrityError` at the first mismatch: a tampered or corrupted session never
@@ -39,7 +45,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,7 +65,7 @@ from ..model import (
 
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x41525031  # "ARP1": marks the file as an agent-replay store
 
 _SCHEMA = """
@@ -101,6 +107,10 @@ CREATE TABLE IF NOT EXISTS pending_logs (
     state INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS pending_logs_trace ON pending_logs(trace_id, state);
+CREATE TABLE IF NOT EXISTS session_traces (
+    trace_id TEXT NOT NULL, session_id TEXT NOT NULL, PRIMARY KEY (trace_id, session_id)
+);
+CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces(session_id);
 """
 
 _TABLES = frozenset({"meta", "blobs", "steps", "sessions"})
@@ -268,15 +278,19 @@ class CheckpointStore:
                 return  # an existing store: nothing to create (and no write lock needed)
             self._enable_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
-            self._inspect(conn)  # again under the write lock: another process may have won
+            # again under the write lock: another process may have won
+            version = self._inspect(conn)[2]
             for statement in _SCHEMA.strip().split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if version < 3:  # migration → 3: the table above indexes the stored sessions
+                _index_traces(conn)
             conn.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
-            # migration 1 → 2: the statements above added the pending tables
+            # migrations 1 → 2 → 3: the statements above added the pending tables and the
+            # trace index
             conn.execute(
                 "UPDATE meta SET value=? WHERE key='schema_version' AND CAST(value AS INTEGER) < ?",
                 (str(SCHEMA_VERSION), SCHEMA_VERSION),
@@ -416,12 +430,12 @@ class CheckpointStore:
                 *_summary(traj),
                 now,
             )
-            rows.append((row, after))
+            rows.append((row, after, _trace_ids(traj.metadata)))
         return blobs, steps, rows
 
     def _write(self, conn: sqlite3.Connection, rows: tuple, *, replace: bool) -> None:
         blobs, steps, sessions = rows
-        for row, after in sessions:
+        for row, after, _ in sessions:
             if after is None and replace:
                 continue
             old = conn.execute(
@@ -447,8 +461,25 @@ class CheckpointStore:
             "INSERT OR REPLACE INTO sessions(session_id, head, n_steps, header, digest, "
             "source, failed, score, parent_session, fork_step, saved_ns) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [row for row, _ in sessions],
+            [row for row, _, _ in sessions],
         )
+        for row, after, traces in sessions:
+            session_id = row[0]
+            if after is None:  # rewritten whole: it may hold fewer traces than before
+                stale = [
+                    (session_id, trace_id)
+                    for (trace_id,) in conn.execute(
+                        "SELECT trace_id FROM session_traces WHERE session_id=?", (session_id,)
+                    )
+                    if trace_id not in traces
+                ]
+                conn.executemany(
+                    "DELETE FROM session_traces WHERE session_id=? AND trace_id=?", stale
+                )
+            conn.executemany(
+                "INSERT OR IGNORE INTO session_traces(trace_id, session_id) VALUES (?, ?)",
+                [(trace_id, session_id) for trace_id in traces],
+            )
 
     # -- the receiver's pending spans ------------------------------------------------------
 
@@ -573,8 +604,29 @@ class CheckpointStore:
     def delete(self, session_id: str) -> None:
         """Forget a session. Its steps and blobs stay in the file: they are content-addressed
         and may be shared by other sessions (no garbage collection)."""
-        with self._sqlite_errors("delete a session"):
-            self._conn().execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+        with self._sqlite_errors("delete a session"), self._transaction() as conn:
+            conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+            conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
+
+    def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, str]:
+        """The stored session each of ``trace_ids`` went to (traces of no stored session are
+        absent). When several sessions hold a trace (a copy saved under another id), the one
+        written first; a session named by the trace id itself (spans of the trace stored
+        before the session that holds the rest was known) only when no other holds it."""
+        wanted = list(dict.fromkeys(trace_ids))
+        owners: dict[str, str] = {}
+        with self._sqlite_errors("read the trace index"):
+            conn = self._conn()
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for trace_id, session_id in conn.execute(
+                    f"SELECT trace_id, session_id FROM session_traces WHERE trace_id IN ({marks}) "
+                    "ORDER BY session_id = trace_id, rowid",
+                    chunk,
+                ):
+                    owners.setdefault(trace_id, session_id)
+        return owners
 
     # -- reading --------------------------------------------------------------------------
 
@@ -824,6 +876,30 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
+
+
+def _trace_ids(metadata: dict[str, Any]) -> tuple[str, ...]:
+    """The trace ids a session's metadata names (sessions captured from OTel traces)."""
+    traces = metadata.get("trace_ids")
+    if not isinstance(traces, (list, tuple)):
+        return ()
+    return tuple(t for t in traces if isinstance(t, str))
+
+
+def _index_traces(conn: sqlite3.Connection) -> None:
+    """Fill the trace index from the stored session headers, oldest first (the migration to
+    schema 3). An unreadable header is skipped: reading that session reports it."""
+    rows = conn.execute("SELECT session_id, header FROM sessions ORDER BY saved_ns, session_id")
+    for session_id, header in rows.fetchall():
+        try:
+            metadata = canonical.decode(header).get("metadata") or {}
+            traces = _trace_ids(metadata)
+        except (ValueError, TypeError, AttributeError):
+            continue
+        conn.executemany(
+            "INSERT OR IGNORE INTO session_traces(trace_id, session_id) VALUES (?, ?)",
+            [(trace_id, session_id) for trace_id in traces],
+        )
 
 
 def _summary(traj: Trajectory) -> tuple[Any, ...]:

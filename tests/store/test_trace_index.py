@@ -1,0 +1,129 @@
+"""The store's trace index (schema 3): spans of a trace stored earlier join the session the
+trace went to, whoever writes them (a restarted receiver, another process writing the same
+store, a later import), and an import of a conversation file by file continues the stored
+session instead of loading and sealing it again."""
+
+import json
+from dataclasses import replace
+
+from agent_replay import CheckpointStore, Trajectory
+from agent_replay.ingest import import_into
+from agent_replay.mapping.assemble import assemble, continue_session
+from agent_replay.model import StepDraft, StepKind, chain_steps
+from agent_replay.store.sink import DurableSpanSink, SpanSink
+from conversation_turns import CONV, TURNS, facts, turn, whole
+
+T, U = "a" * 32, "b" * 32
+LATE = turn(0, answers="c0")[-1]  # a tool span of turn 0's trace, under its agent span
+
+
+def session(session_id, *traces):
+    steps = chain_steps([StepDraft(kind=StepKind.LLM, name="x", inputs=session_id, action=1)])
+    return Trajectory(session_id, steps, metadata={"trace_ids": list(traces)})
+
+
+def test_the_first_session_written_owns_a_trace_and_the_index_follows_every_write(db_path):
+    with CheckpointStore(db_path) as store:
+        store.save(session(T, T))  # a fragment stored under its trace id before the rest
+        store.save(session("conv", T, U))
+        store.save(session("copy", T))  # a copy saved later under another id
+        assert store.trace_sessions([T, U, "c" * 32]) == {T: "conv", U: "conv"}
+        store.delete("conv")
+        assert store.trace_sessions([T, U]) == {T: "copy"}
+        store.save(session("copy", U))  # rewritten whole without T
+        assert store.trace_sessions([T, U]) == {T: T, U: "copy"}
+        # a continuation adds its traces
+        (first,) = assemble(TURNS[0])
+        (second,) = assemble(TURNS[1])
+        store.save(first)
+        store.save_many([continue_session(store.load_end(CONV), second)])
+        traces = [spans[0].trace_id for spans in TURNS[:2]]
+        assert store.trace_sessions(traces) == dict.fromkeys(traces, CONV)
+
+
+def test_a_late_span_received_after_a_restart_joins_its_conversation(db_path):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, retain_seconds=0)
+        sink.add(TURNS[0])
+        assert sink.assemble_ready() == 1
+        sink.purge()  # the trace's spans are forgotten
+        assert store.pending_counts()["spans_assembled"] == 0
+    with CheckpointStore(db_path) as store:  # the receiver restarted
+        sink = DurableSpanSink(store)
+        sink.add([LATE])  # no conversation id: it was on the agent span only
+        assert sink.assemble_ready(force=True) == 1
+        assert store.session_ids() == [CONV]
+        assert [s.name for s in store.load(CONV).steps] == ["chat m", "lookup"]
+
+
+def test_two_processes_writing_one_store_make_one_session_of_a_distributed_trace(db_path):
+    remote = replace(LATE, parent_is_remote=True)  # another service's part of the trace
+    with CheckpointStore(db_path) as front, CheckpointStore(db_path) as tools:
+        first = SpanSink(front)
+        first.add(TURNS[0])
+        first.flush()
+        second = SpanSink(tools)
+        second.add([remote])
+        assert second.flush() == 1
+        assert tools.session_ids() == [CONV]
+        steps = tools.load(CONV).steps
+    assert [(s.name, s.span_id) for s in steps] == [
+        ("chat m", TURNS[0][1].span_id),
+        ("lookup", LATE.span_id),
+    ]
+
+
+def otlp_document(spans) -> dict:
+    """An OTLP/JSON request holding ``spans`` (string attributes only)."""
+    out = []
+    for s in spans:
+        span = {
+            "traceId": s.trace_id,
+            "spanId": s.span_id,
+            "name": s.name,
+            "startTimeUnixNano": str(s.start_ns),
+            "endTimeUnixNano": str(s.end_ns),
+            "attributes": [
+                {"key": k, "value": {"stringValue": v}} for k, v in s.attributes.items()
+            ],
+        }
+        if s.parent_span_id:
+            span["parentSpanId"] = s.parent_span_id
+        out.append(span)
+    return {"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}
+
+
+def test_a_trace_whose_conversation_id_was_in_an_earlier_import_joins_it(tmp_path, db_path):
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(otlp_document(TURNS[0])))
+    late = tmp_path / "late.json"  # the next file the Collector wrote
+    late.write_text(json.dumps(otlp_document([LATE])))
+    with CheckpointStore(db_path) as store:
+        for path in (first, late, late):  # the late file twice: still one copy of its step
+            result = import_into(store, [path])
+            assert not result.errors and not result.warnings
+        assert store.session_ids() == [CONV]
+        assert [s.name for s in store.load(CONV).steps] == ["chat m", "lookup"]
+
+
+def test_a_conversation_imported_file_by_file_is_continued_not_reloaded(
+    tmp_path, db_path, monkeypatch
+):
+    paths = []
+    for n, spans in enumerate(TURNS):
+        paths.append(tmp_path / f"turn{n}.json")
+        paths[-1].write_text(json.dumps(otlp_document(spans)))
+    with CheckpointStore(db_path) as store:
+        import_into(store, paths[:1])
+
+        def whole_load(session_id):
+            raise AssertionError(f"{session_id} was loaded whole")
+
+        monkeypatch.setattr(store, "load", whole_load)
+        for path in paths[1:]:
+            import_into(store, [path])
+        monkeypatch.undo()
+        loaded = store.load(CONV)
+    expected = whole()
+    assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
+    assert loaded.metadata["trace_ids"] == expected.metadata["trace_ids"]
