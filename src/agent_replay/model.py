@@ -471,7 +471,11 @@ class Trajectory:
 
     @property
     def source(self) -> str:
-        return str(self.metadata.get("source", "native"))
+        source = self.metadata.get("source", "native")
+        if isinstance(source, str):
+            return source
+        # any other value as its canonical text: the same after a round trip through the store
+        return canonical.encode(source).decode("utf-8", "surrogatepass")
 
     @property
     def agents(self) -> list[str]:

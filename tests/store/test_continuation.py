@@ -122,11 +122,11 @@ def test_a_session_changed_by_another_writer_is_merged_again(db_path):
 
         attempts = []
 
-        def write(items):  # the first attempt loses a race, as ``stale`` did
+        def write(items, delete):  # the first attempt loses a race, as ``stale`` did
             attempts.append(items)
             if len(attempts) == 1:
                 store.save_many([stale])
-            store.save_many(items)
+            store.save_many(items, delete=delete)
 
         save_merged(store, [third], write)
         assert isinstance(attempts[0][0], Continuation) and len(attempts) == 2
@@ -158,9 +158,11 @@ def test_continuation_checks_the_stored_step_count():
 
 @st.composite
 def arrivals(draw):
-    """Spans of several traces of one conversation (tool calls under an agent span, at random
-    times, traces may overlap), cut into deliveries in a random order: a trace may arrive in
-    two parts (a late span), and the sink flushes after some deliveries."""
+    """Spans of several traces of one conversation (tool calls under an agent span that
+    carries the conversation id, at random times, traces may overlap), cut into deliveries
+    in a random order: a trace's tool spans may arrive before its agent span, with it or
+    after it (late), and the sink flushes after some deliveries, writing traces whose agent
+    span has not arrived when ``idle`` (their idle timeout passed)."""
     n_traces = draw(st.integers(1, 5))
     spans, next_id = [], 1
     for t in range(n_traces):
@@ -179,66 +181,57 @@ def arrivals(draw):
             },
         )
         next_id += 1
-        children = []
+        parts: list[list[NormalizedSpan]] = [[], [root], []]  # before, with, after the root
         for _ in range(draw(st.integers(1, 3))):
             at = start + draw(st.integers(1, 5000))
-            children.append(
-                NormalizedSpan(
-                    trace_id=trace,
-                    span_id=f"{next_id:016x}",
-                    name="execute_tool t",
-                    parent_span_id=root.span_id,
-                    start_ns=at,
-                    end_ns=at + 1,
-                    attributes={
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": "t",
-                        "gen_ai.tool.call.result": f"r{next_id}",
-                    },
-                )
+            child = NormalizedSpan(
+                trace_id=trace,
+                span_id=f"{next_id:016x}",
+                name="execute_tool t",
+                parent_span_id=root.span_id,
+                start_ns=at,
+                end_ns=at + 1,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "t",
+                    "gen_ai.tool.call.result": f"r{next_id}",
+                },
             )
             next_id += 1
-        parts = [[root, *children]]
-        if len(children) > 1 and draw(st.booleans()):  # the last child arrives late
-            parts = [[root, *children[:-1]], [children[-1]]]
-        spans.append(parts)
-    deliveries = [part for parts in spans for part in parts]
+            parts[draw(st.integers(0, 2))].append(child)
+        spans.append((root, [part for part in parts if part]))
+    deliveries = [part for _, parts in spans for part in parts]
     order = draw(st.permutations(range(len(deliveries))))
-    # a late part never arrives before its trace's first part (the root ends its trace)
-    ordered = sorted(order, key=lambda i: (i, 0))
-    seen, out = set(), []
-    for i in ordered:
-        part = deliveries[i]
-        if part[0].parent_span_id is not None and part[0].trace_id not in seen:
-            continue  # re-queued below, after its first part
-        seen.add(part[0].trace_id)
-        out.append(part)
-    out += [deliveries[i] for i in ordered if deliveries[i] not in out]
+    out = [deliveries[i] for i in order]
     flushes = draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out)))
     remember = draw(st.integers(0, 3))
-    tools = [c for parts in spans for part in parts for c in part if c.parent_span_id]
-    windows = {parts[0][0].trace_id: (parts[0][0].start_ns, parts[0][0].end_ns) for parts in spans}
-    return out, flushes, remember, tools, windows
+    idle = draw(st.booleans())
+    tools = [c for _, parts in spans for part in parts for c in part if c.parent_span_id]
+    windows = {root.trace_id: (root.start_ns, root.end_ns) for root, _ in spans}
+    return out, flushes, remember, idle, tools, windows
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=arrivals())
 def test_any_arrival_order_stores_every_step_once_in_time_order(case):
-    """Every step is stored once, whatever the arrival order, flushes and forgetting; a trace's
-    steps are in start-time order, and a trace that ends before another starts comes first.
-    (Traces that overlap in time are ordered by their roots when assembled together, by their
-    steps' start times when merged.)"""
-    deliveries, flushes, remember, tools, windows = case
+    """One session, holding every step once, whatever the arrival order, flushes, forgetting
+    and idle timeouts: no agent span left as a step of its own, every step named with its
+    agent; a trace's steps are in start-time order, and a trace that ends before another
+    starts comes first. (Traces that overlap in time are ordered by their roots when
+    assembled together, by their steps' start times when merged.)"""
+    deliveries, flushes, remember, idle, tools, windows = case
     with tempfile.TemporaryDirectory() as tmp:
         with CheckpointStore(Path(tmp) / "s.sqlite", durable=False) as store:
-            sink = SpanSink(store, remember_traces=remember)
+            sink = SpanSink(store, remember_traces=remember, idle_seconds=0 if idle else 3600)
             for part, flush in zip(deliveries, flushes, strict=True):
                 sink.add(part)
                 if flush:
                     sink.flush()
             sink.flush(force=True)
+            assert store.session_ids() == [CONV]
             steps = store.load(CONV).steps  # every hash and link checked
     assert sorted(s.span_id for s in steps) == sorted(t.span_id for t in tools)
+    assert {s.agent for s in steps} == {"a"}
     for i, a in enumerate(steps):
         for b in steps[i + 1 :]:
             if a.trace_id == b.trace_id:

@@ -6,7 +6,10 @@ session instead of loading and sealing it again."""
 import json
 from dataclasses import replace
 
+import pytest
+
 from agent_replay import CheckpointStore, Trajectory
+from agent_replay.errors import SessionChangedError
 from agent_replay.ingest import import_into
 from agent_replay.mapping.assemble import assemble, continue_session
 from agent_replay.model import StepDraft, StepKind, chain_steps
@@ -127,3 +130,53 @@ def test_a_conversation_imported_file_by_file_is_continued_not_reloaded(
     expected = whole()
     assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
     assert loaded.metadata["trace_ids"] == expected.metadata["trace_ids"]
+
+
+@pytest.mark.parametrize("sink_kind", ["memory", "durable"])
+def test_a_trace_written_before_its_agent_span_ended_joins_the_conversation(db_path, sink_kind):
+    """The idle timeout wrote the chat step alone (the agent span, the only one with the
+    conversation id, was still open), under the trace id; when the agent span ends, the
+    conversation's session takes the step over and the trace-keyed session is deleted."""
+    agent, chat = TURNS[0][:2]
+    with CheckpointStore(db_path) as store:
+        if sink_kind == "memory":
+            sink = SpanSink(store, idle_seconds=0)
+            write = sink.flush
+        else:
+            sink = DurableSpanSink(store, idle_seconds=0)
+            write = sink.assemble_ready
+        sink.add([chat])
+        assert write() == 1
+        assert store.session_ids() == [chat.trace_id]
+        sink.add([agent])
+        assert write() == 1
+        assert store.session_ids() == [CONV]
+        (step,) = store.load(CONV).steps
+        assert (step.span_id, step.agent) == (chat.span_id, "a")
+        assert store.trace_sessions([chat.trace_id]) == {chat.trace_id: CONV}
+
+
+def test_a_trace_whose_agent_span_is_in_a_later_import_joins_the_conversation(tmp_path, db_path):
+    agent, chat = TURNS[0][:2]
+    children = tmp_path / "children.json"  # the agent span ends last: the next file
+    children.write_text(json.dumps(otlp_document([chat, LATE])))
+    root = tmp_path / "root.json"
+    root.write_text(json.dumps(otlp_document([agent])))
+    with CheckpointStore(db_path) as store:
+        import_into(store, [children])
+        import_into(store, [root])
+        assert store.session_ids() == [CONV]
+        steps = store.load(CONV).steps
+    # the agent span alone would be a step: it is not, since the stored steps are inside it
+    assert [(s.name, s.agent) for s in steps] == [("chat m", "a"), ("lookup", "a")]
+
+
+def test_a_session_to_delete_that_changed_since_it_was_read_stops_the_write(db_path):
+    with CheckpointStore(db_path) as store:
+        fragment = session(T, T)
+        store.save(fragment)
+        with pytest.raises(SessionChangedError):
+            store.save_many([session("conv", T)], delete={T: "0" * 64})
+        assert store.session_ids() == [T]  # nothing written, nothing deleted
+        store.save_many([session("conv", T)], delete={T: fragment.digest})
+        assert store.session_ids() == ["conv"]

@@ -412,7 +412,7 @@ def import_into(
         save_merged(
             store,
             traced,
-            lambda items: store.save_many([*items, *untraced]),
+            lambda items, delete: store.save_many([*items, *untraced], delete=delete),
             result.spans,
             replace_untraced=True,
             warnings=result.warnings,

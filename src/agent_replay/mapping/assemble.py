@@ -692,6 +692,35 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
     return Continuation.after(end, session)
 
 
+def _reunited(drafts: list[StepDraft], earlier: Sequence[Step]) -> list[StepDraft]:
+    """``drafts`` of traces captured in parts, as assembling each whole trace makes them: an
+    agent span assembled alone became a step (it is one only when no step is inside it,
+    :func:`_walk`) and is dropped when a step's span is its child; a step assembled without
+    its agent span takes the agent it had in an ``earlier`` capture of the same span, else
+    that of its container, else that of a sibling (a step under the same parent span, which
+    acts for the same agent)."""
+    parents = {(d.trace_id, d.parent_span_id) for d in drafts if d.parent_span_id}
+    containers = {
+        (d.trace_id, d.span_id): d
+        for d in drafts
+        if d.kind is StepKind.AGENT and (d.trace_id, d.span_id) in parents
+    }
+    out = [d for d in drafts if (d.trace_id, d.span_id) not in containers]
+    if all(d.agent is not None for d in out):
+        return out
+    by_span = {(s.trace_id, s.span_id): s.agent for s in earlier if s.agent and s.span_id}
+    by_parent = {(c.trace_id, c.span_id): c.agent or c.name for c in containers.values()}
+    for step in (*earlier, *out):
+        if step.agent is not None and step.parent_span_id:
+            by_parent.setdefault((step.trace_id, step.parent_span_id), step.agent)
+    for draft in out:
+        if draft.agent is None:
+            draft.agent = by_span.get((draft.trace_id, draft.span_id)) or by_parent.get(
+                (draft.trace_id, draft.parent_span_id)
+            )
+    return out
+
+
 def merge(
     old: Trajectory,
     new: Trajectory,
@@ -727,9 +756,12 @@ def merge(
     ]
     if not kept:
         return new
-    drafts = sorted(
-        kept + [s.draft() for s in new.steps],
-        key=lambda d: (d.started_ns or 0, d.ended_ns or 0, d.span_id or ""),
+    drafts = _reunited(
+        sorted(
+            kept + [s.draft() for s in new.steps],
+            key=lambda d: (d.started_ns or 0, d.ended_ns or 0, d.span_id or ""),
+        ),
+        old.steps,
     )
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)

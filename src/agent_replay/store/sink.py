@@ -40,7 +40,7 @@ from ..mapping.spans import (
 from ..model import Continuation, Trajectory
 from .sqlite import CheckpointStore
 
-__all__ = ["DurableSpanSink", "SpanSink", "rehome", "save_merged"]
+__all__ = ["DurableSpanSink", "SpanSink", "adopt", "rehome", "save_merged"]
 
 _log = logging.getLogger(__name__)
 
@@ -210,26 +210,70 @@ def merged_with_stored(
     return merge(old, trajectory, covered=covered)
 
 
+def adopt(
+    store: CheckpointStore,
+    trajectories: Sequence[Trajectory],
+    covered: Collection[tuple[str, str]] | None,
+) -> tuple[list[Trajectory], dict[str, str]]:
+    """``trajectories`` with each stored session that is named by one of their traces, and
+    holds it, merged in (``covered`` as in :func:`merge`): spans of that trace stored on their
+    own before the conversation id naming the trajectory was seen (assembled at the idle
+    timeout while the agent span was still open, or imported from an earlier file). Returns
+    them and the sessions they took over, id → digest read, to delete in the same write."""
+    wanted = {
+        trace_id
+        for t in trajectories
+        for trace_id in t.metadata.get("trace_ids", ())
+        if trace_id != t.session_id
+    }
+    fragments = set(store.trace_fragments(wanted)) if wanted else set()
+    if not fragments:
+        return list(trajectories), {}
+    out, gone = [], {}
+    for trajectory in trajectories:
+        for trace_id in trajectory.metadata.get("trace_ids", ()):
+            if trace_id not in fragments or trace_id == trajectory.session_id:
+                continue
+            try:
+                fragment = store.load(trace_id)
+            except AgentReplayError as exc:  # left as it is: nothing is lost
+                _log.warning("agent-replay: cannot merge session %s (%s)", trace_id, exc)
+                continue
+            merged = merge(fragment, trajectory, covered=covered)
+            # the conversation's own task and outcome, not those of a fragment without a root
+            trajectory = replace(
+                merged, task=trajectory.task, outcome=trajectory.outcome or fragment.outcome
+            )
+            gone[trace_id] = fragment.digest
+        out.append(trajectory)
+    return out, gone
+
+
 def save_merged(
     store: CheckpointStore,
     trajectories: Sequence[Trajectory],
-    write: Callable[[list[Trajectory | Continuation]], None],
+    write: Callable[..., None],
     covered: Collection[tuple[str, str]] | None = None,
     **options: Any,
 ) -> None:
-    """``write`` (one transaction) ``trajectories``, assembled from the spans ``covered``,
-    merged with what ``store`` holds (``options`` as in :func:`merged_with_stored`). When
-    another writer changed a session between reading its end and writing, merge with the
-    whole stored sessions and write again."""
+    """``write(items, delete=...)`` (one transaction, as :meth:`CheckpointStore.save_many`)
+    ``trajectories``, assembled from the spans ``covered``: each takes over the sessions
+    stored under the id of one of its traces (:func:`adopt`; ``write`` deletes them) and is
+    merged with the stored session of its id (``options`` as in :func:`merged_with_stored`).
+    When another writer changed one of those sessions between reading and writing, merge
+    with the whole stored sessions and write again."""
+
+    def attempt(follow: bool) -> None:
+        taken, gone = adopt(store, trajectories, covered)
+        items = [
+            merged_with_stored(store, t, follow=follow, covered=covered, **options) for t in taken
+        ]
+        write(items, delete=gone)
+
     try:
-        write([merged_with_stored(store, t, covered=covered, **options) for t in trajectories])
+        attempt(follow=True)
     except SessionChangedError:
-        write(
-            [
-                merged_with_stored(store, t, follow=False, covered=covered, **options)
-                for t in trajectories
-            ]
-        )
+        attempt(follow=False)
 
 
 def _dumps(data: dict) -> bytes:

@@ -45,7 +45,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -365,13 +365,21 @@ class CheckpointStore:
         return trajectory.digest
 
     def save_many(
-        self, trajectories: Sequence[Trajectory | Continuation], *, replace: bool = True
+        self,
+        trajectories: Sequence[Trajectory | Continuation],
+        *,
+        replace: bool = True,
+        delete: Mapping[str, str] | None = None,
     ) -> None:
         """Store several trajectories in one transaction (all or nothing). A
         :class:`~agent_replay.model.Continuation` adds its steps to the stored session it
-        continues; :class:`SessionChangedError` when that session changed meanwhile."""
+        continues; :class:`SessionChangedError` when that session changed meanwhile.
+        ``delete`` maps sessions to forget in the same transaction to the digest they were
+        read with (:class:`SessionChangedError` when one changed meanwhile): sessions whose
+        steps the new ones took over."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save"), self._transaction() as conn:
+            self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=replace)
 
     @contextlib.contextmanager
@@ -432,6 +440,20 @@ class CheckpointStore:
             )
             rows.append((row, after, _trace_ids(traj.metadata)))
         return blobs, steps, rows
+
+    def _delete_read(self, conn: sqlite3.Connection, sessions: Mapping[str, str]) -> None:
+        """Forget ``sessions`` (id → the digest they were read with), or raise
+        :class:`SessionChangedError` when one is no longer the one that was read."""
+        for session_id, digest in sessions.items():
+            gone = conn.execute(
+                "DELETE FROM sessions WHERE session_id=? AND digest=?", (session_id, digest)
+            ).rowcount
+            if gone != 1:
+                raise SessionChangedError(
+                    f"session {session_id!r} in {self.path} changed after it was read; "
+                    "read it again"
+                )
+            conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
 
     def _write(self, conn: sqlite3.Connection, rows: tuple, *, replace: bool) -> None:
         blobs, steps, sessions = rows
@@ -542,18 +564,14 @@ class CheckpointStore:
         """Every stored span ``(trace_id, span_id, data)`` and log record ``(digest, data)``
         of ``trace_ids``, assembled or not."""
         conn = self._conn()
-        spans: list[tuple] = []
-        logs: list[tuple] = []
-        for start in range(0, len(trace_ids), 500):
-            chunk = trace_ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            query = f"SELECT trace_id, span_id, data FROM pending_spans WHERE trace_id IN ({marks})"
-            spans.extend(conn.execute(query, chunk))
-            logs.extend(
-                conn.execute(
-                    f"SELECT digest, data FROM pending_logs WHERE trace_id IN ({marks})", chunk
-                )
-            )
+        spans = _select_in(
+            conn,
+            "SELECT trace_id, span_id, data FROM pending_spans WHERE trace_id IN ({})",
+            trace_ids,
+        )
+        logs = _select_in(
+            conn, "SELECT digest, data FROM pending_logs WHERE trace_id IN ({})", trace_ids
+        )
         return spans, logs
 
     def commit_assembled(
@@ -561,12 +579,16 @@ class CheckpointStore:
         trajectories: Sequence[Trajectory | Continuation],
         spans: list[tuple[str, str]],
         logs: list[str],
+        *,
+        delete: Mapping[str, str] | None = None,
     ) -> None:
-        """Save ``trajectories`` and mark the span ``(trace_id, span_id)`` and log-record
-        ``digest`` rows they were built from as assembled, in one transaction (rows that
-        arrived meanwhile stay waiting, so they are assembled next time)."""
+        """Save ``trajectories`` (``delete`` as in :meth:`save_many`) and mark the span
+        ``(trace_id, span_id)`` and log-record ``digest`` rows they were built from as
+        assembled, in one transaction (rows that arrived meanwhile stay waiting, so they are
+        assembled next time)."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save assembled traces"), self._transaction() as conn:
+            self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=True)
             conn.executemany(
                 "UPDATE pending_spans SET state=1 WHERE trace_id=? AND span_id=?", spans
@@ -608,24 +630,33 @@ class CheckpointStore:
             conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
             conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
 
+    def trace_fragments(self, trace_ids: Iterable[str]) -> list[str]:
+        """Those of ``trace_ids`` that name a stored session holding that trace: spans of the
+        trace stored on their own, before the conversation they belong to was known."""
+        with self._sqlite_errors("read the trace index"):
+            rows = _select_in(
+                self._conn(),
+                "SELECT trace_id FROM session_traces "
+                "WHERE trace_id IN ({}) AND session_id = trace_id",
+                list(dict.fromkeys(trace_ids)),
+            )
+        return [row[0] for row in rows]
+
     def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, str]:
         """The stored session each of ``trace_ids`` went to (traces of no stored session are
         absent). When several sessions hold a trace (a copy saved under another id), the one
         written first; a session named by the trace id itself (spans of the trace stored
         before the session that holds the rest was known) only when no other holds it."""
-        wanted = list(dict.fromkeys(trace_ids))
-        owners: dict[str, str] = {}
         with self._sqlite_errors("read the trace index"):
-            conn = self._conn()
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for trace_id, session_id in conn.execute(
-                    f"SELECT trace_id, session_id FROM session_traces WHERE trace_id IN ({marks}) "
-                    "ORDER BY session_id = trace_id, rowid",
-                    chunk,
-                ):
-                    owners.setdefault(trace_id, session_id)
+            rows = _select_in(
+                self._conn(),
+                "SELECT trace_id, session_id FROM session_traces WHERE trace_id IN ({}) "
+                "ORDER BY session_id = trace_id, rowid",
+                list(dict.fromkeys(trace_ids)),
+            )
+        owners: dict[str, str] = {}
+        for trace_id, session_id in rows:  # in each chunk's order; a trace is in one chunk
+            owners.setdefault(trace_id, session_id)
         return owners
 
     # -- reading --------------------------------------------------------------------------
@@ -815,17 +846,11 @@ class CheckpointStore:
         return tuple(steps)
 
     def _blobs(self, hashes: set[str]) -> dict[str, Any]:
-        conn = self._conn()
-        found: dict[str, bytes] = {}
-        ordered = list(hashes)
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for h, data in conn.execute(
-                f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", chunk
-            ):
-                found[h] = data  # checked by the caller: bytes whose digest is the key
-        return found
+        # bytes checked by the caller: their digest must be the key
+        rows = _select_in(
+            self._conn(), "SELECT hash, data FROM blobs WHERE hash IN ({})", list(hashes)
+        )
+        return dict(rows)
 
     def load_all(self) -> Iterator[Trajectory]:
         """Every session, oldest first, each verified as :meth:`load` does."""
@@ -876,6 +901,16 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
+
+
+def _select_in(conn: sqlite3.Connection, query: str, values: Sequence[Any]) -> list[tuple]:
+    """The rows of ``query``, whose ``IN ({})`` takes ``values``, asked 500 values at a time
+    (SQLite caps the number of parameters of one statement)."""
+    rows: list[tuple] = []
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        rows.extend(conn.execute(query.format(",".join("?" * len(chunk))), chunk))
+    return rows
 
 
 def _trace_ids(metadata: dict[str, Any]) -> tuple[str, ...]:
