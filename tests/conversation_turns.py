@@ -83,3 +83,23 @@ def whole():
 def facts(step):
     attributes = {k: v for k, v in step.attributes.items() if k != "requested_by"}
     return (step.index, step.name, step.span_id, step.inputs, step.output_payload(), attributes)
+
+
+def otlp_document(spans) -> dict:
+    """An OTLP/JSON request holding ``spans`` (string attributes only)."""
+    out = []
+    for s in spans:
+        span = {
+            "traceId": s.trace_id,
+            "spanId": s.span_id,
+            "name": s.name,
+            "startTimeUnixNano": str(s.start_ns),
+            "endTimeUnixNano": str(s.end_ns),
+            "attributes": [
+                {"key": k, "value": {"stringValue": v}} for k, v in s.attributes.items()
+            ],
+        }
+        if s.parent_span_id:
+            span["parentSpanId"] = s.parent_span_id
+        out.append(span)
+    return {"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}

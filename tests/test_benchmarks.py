@@ -28,6 +28,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ),
         ("interception.py", ["patched, no run", "recording", "replay, re-drawn", "replay, held"]),
         (
+            "import_memory.py --files 2 --traces 5",
+            ["import_into (staged)", "load_many + save_many"],
+        ),
+        (
             "ingest.py --traces 10 --repeats 1 --receiver-traces 20",
             ["OTLP/JSON import", "protobuf decode", "receiver http", "receiver grpc"],
         ),

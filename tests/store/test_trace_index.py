@@ -14,7 +14,7 @@ from agent_replay.ingest import import_into
 from agent_replay.mapping.assemble import assemble, continue_session
 from agent_replay.model import StepDraft, StepKind, chain_steps
 from agent_replay.store.sink import DurableSpanSink, SpanSink
-from conversation_turns import CONV, TURNS, facts, turn, whole
+from conversation_turns import CONV, TURNS, facts, otlp_document, turn, whole
 
 T, U = "a" * 32, "b" * 32
 LATE = turn(0, answers="c0")[-1]  # a tool span of turn 0's trace, under its agent span
@@ -74,26 +74,6 @@ def test_two_processes_writing_one_store_make_one_session_of_a_distributed_trace
         ("chat m", TURNS[0][1].span_id),
         ("lookup", LATE.span_id),
     ]
-
-
-def otlp_document(spans) -> dict:
-    """An OTLP/JSON request holding ``spans`` (string attributes only)."""
-    out = []
-    for s in spans:
-        span = {
-            "traceId": s.trace_id,
-            "spanId": s.span_id,
-            "name": s.name,
-            "startTimeUnixNano": str(s.start_ns),
-            "endTimeUnixNano": str(s.end_ns),
-            "attributes": [
-                {"key": k, "value": {"stringValue": v}} for k, v in s.attributes.items()
-            ],
-        }
-        if s.parent_span_id:
-            span["parentSpanId"] = s.parent_span_id
-        out.append(span)
-    return {"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}
 
 
 def test_a_trace_whose_conversation_id_was_in_an_earlier_import_joins_it(tmp_path, db_path):

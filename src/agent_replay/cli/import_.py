@@ -72,8 +72,9 @@ def import_command(
         result = import_into(store, files, fmt, on_source=advance)
     failed = [s for s in result.sources if s.error is not None]
     skipped = [s for s in result.sources if s.rejected]
-    steps = sum(len(t.steps) for t in result.trajectories)
-    replayable = sum(1 for t in result.trajectories if t.metadata["capture"].get("replayable"))
+    sessions = result.sessions
+    steps = sum(s.steps for s in sessions)
+    replayable = sum(1 for s in sessions if s.capture.get("replayable"))
     formats = Counter(s.format for s in result.sources if s.format)
     if as_json:
         echo_json(
@@ -83,12 +84,12 @@ def import_command(
                 "failed": [{"file": s.source, "error": str(s.error)} for s in failed],
                 "trajectories": [
                     {
-                        "session_id": t.session_id,
-                        "steps": len(t.steps),
-                        "source": t.source,
-                        "capture": t.metadata.get("capture"),
+                        "session_id": s.session_id,
+                        "steps": s.steps,
+                        "source": s.source,
+                        "capture": s.capture,
                     }
-                    for t in result.trajectories
+                    for s in sessions
                 ],
                 "formats": dict(formats),
                 "warnings": result.warnings,
@@ -97,13 +98,13 @@ def import_command(
     else:
         by_format = ", ".join(f"{n} {f}" for f, n in sorted(formats.items()))
         click.echo(
-            f"Imported {len(result.trajectories)} trajectories ({steps} steps) from "
+            f"Imported {len(sessions)} trajectories ({steps} steps) from "
             f"{len(files) - len(failed)} of {len(files)} files into {db}"
             + (f" [{by_format}]" if by_format else "")
         )
-        if result.trajectories:
+        if sessions:
             click.echo(
-                f"  {replayable} of {len(result.trajectories)} fully replayable; see "
+                f"  {replayable} of {len(sessions)} fully replayable; see "
                 "`agent-replay show --json` for each capture report"
             )
         for source in failed:

@@ -35,7 +35,8 @@ from ..errors import ImportFormatError
 from ..mapping.assemble import assemble
 from ..mapping.spans import attach_logs
 from ..model import Trajectory
-from ..store.sink import rehome, save_merged
+from ..store.sink import DurableSpanSink, rehome, save_merged
+from ..store.sqlite import CheckpointStore
 from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
@@ -47,6 +48,7 @@ from .whowhen import is_whowhen, read_whowhen
 __all__ = [
     "FORMATS",
     "ImportResult",
+    "ImportedSession",
     "SourceReport",
     "detect_format",
     "import_into",
@@ -84,13 +86,15 @@ class SourceReport:
 
 @dataclass
 class ImportResult:
-    """Everything one import produced: trajectories, per-source reports and warnings.
-    ``spans`` holds the ``(trace_id, span_id)`` of every OTLP span read."""
+    """Everything one import produced: per-source reports and warnings, and the trajectories
+    (:func:`load_many`) or what was stored of them (:func:`import_into`, ``sessions``).
+    ``spans`` holds the ``(trace_id, span_id)`` of every OTLP span :func:`load_many` read."""
 
     trajectories: list[Trajectory] = field(default_factory=list)
     sources: list[SourceReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     spans: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    sessions: list[ImportedSession] = field(default_factory=list)
 
     @property
     def errors(self) -> list[ImportFormatError]:
@@ -388,33 +392,136 @@ def load(
     return result.trajectories
 
 
+@dataclass(frozen=True)
+class ImportedSession:
+    """What :func:`import_into` stored of one trajectory it read (the trajectory itself is not
+    kept in memory): its session, step count, source and capture report."""
+
+    session_id: str
+    steps: int
+    source: str
+    capture: dict[str, Any]
+
+    @classmethod
+    def of(cls, trajectory: Trajectory) -> ImportedSession:
+        return cls(
+            trajectory.session_id,
+            len(trajectory.steps),
+            trajectory.source,
+            trajectory.metadata.get("capture") or {},
+        )
+
+
 def import_into(
-    store: Any,
+    store: CheckpointStore,
     sources: Iterable[Source],
     format: str = "auto",
     *,
     on_source: Callable[[SourceReport], None] | None = None,
 ) -> ImportResult:
-    """:func:`load_many`, then save the trajectories in ``store`` (one transaction).
+    """Read every source and store what it holds; what was stored is in ``result.sessions``
+    (``result.trajectories`` stays empty: nothing is kept in memory beyond one source).
 
-    Trajectories captured from OTel traces join what the store already holds of them, as the
-    receiver's do: a conversation imported file by file is continued after its stored steps
-    (only the stored session's end is read), late spans of a stored trace join its stored
-    steps, and spans of a trace whose conversation id was in an earlier file go to that
-    conversation. Other trajectories replace a stored session of the same id, so importing
-    the same file twice leaves one copy.
+    OTLP spans and log records are staged in the store's pending tables as each source is
+    read (one transaction per source) and then assembled trace by trace, exactly as the
+    receiver assembles what it received (:class:`~agent_replay.store.sink.DurableSpanSink`):
+    every trace of the import is assembled whole, whichever files its spans and log records
+    came in, with memory bounded by the largest source; the staged rows are forgotten
+    afterwards. Trajectories captured from OTel traces join what the store already holds of
+    them: a conversation imported file by file is continued after its stored steps (only
+    the stored session's end is read), spans of a stored trace join its stored steps, and a
+    trace stored under its trace id joins its conversation. Other trajectories (ATIF, step
+    records) replace a stored session of the same id, so importing the same file twice leaves
+    one copy.
     """
-    result = load_many(sources, format, on_source=on_source)
-    traced, untraced = [], []
-    for trajectory in rehome(store, result.trajectories):
-        (traced if trajectory.metadata.get("trace_ids") else untraced).append(trajectory)
-    if traced or untraced:
-        save_merged(
-            store,
-            traced,
-            lambda items, delete: store.save_many([*items, *untraced], delete=delete),
-            result.spans,
-            replace_untraced=True,
-            warnings=result.warnings,
-        )
+    result = ImportResult()
+    sink = DurableSpanSink(store, source="import:otlp")
+    staged = _Staged()
+    for source in sources:
+        report = SourceReport(source=_name(source))
+        try:
+            parsed = read_source(source, format)
+        except ImportFormatError as exc:
+            report.error = exc
+        else:
+            report.format = parsed.format
+            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
+            report.trajectories = len(parsed.trajectories)
+            report.rejected = parsed.rejected
+            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
+            if parsed.spans or parsed.logs:
+                sink.add(parsed.spans, parsed.logs)
+                for span in parsed.spans:
+                    staged.note(span.trace_id, span.start_ns, report.source)
+                for log in parsed.logs:  # files of spans only, as load_many notes them
+                    staged.note(log.trace_id, log.time_ns, None)
+            if parsed.trajectories:
+                _save_trajectories(store, parsed.trajectories, result)
+        result.sources.append(report)
+        if on_source is not None:
+            on_source(report)
+    if staged.started:
+        _assemble_staged(sink, staged, result)
     return result
+
+
+def _save_trajectories(
+    store: CheckpointStore, trajectories: list[Trajectory], result: ImportResult
+) -> None:
+    """Save the trajectories a source held whole (Langfuse, LangSmith, ATIF, ...): those of
+    traces join what the store holds of them (their steps' spans are covered: a trace
+    exported again replaces its stored steps), the others replace their stored session."""
+    traced, untraced = [], []
+    for trajectory in rehome(store, trajectories):
+        (traced if trajectory.metadata.get("trace_ids") else untraced).append(trajectory)
+    covered = {(s.trace_id, s.span_id) for t in traced for s in t.steps if s.span_id}
+    save_merged(
+        store,
+        traced,
+        lambda items, delete: store.save_many([*items, *untraced], delete=delete),
+        covered,
+        replace_untraced=True,
+        warnings=result.warnings,
+    )
+    result.sessions.extend(ImportedSession.of(t) for t in [*traced, *untraced])
+
+
+@dataclass
+class _Staged:
+    """The traces an import staged: when each began and the files it came from."""
+
+    started: dict[str, int] = field(default_factory=dict)
+    files: dict[str, set[str]] = field(default_factory=dict)
+
+    def note(self, trace_id: str, time_ns: int, source: str | None) -> None:
+        if trace_id:
+            self.started[trace_id] = min(time_ns, self.started.get(trace_id, time_ns))
+            if source is not None:
+                self.files.setdefault(trace_id, set()).add(source)
+
+    def files_of(self, trajectory: Trajectory) -> list[str]:
+        traces = trajectory.metadata.get("trace_ids", ())
+        return sorted({f for t in traces for f in self.files.get(t, ())})
+
+
+def _assemble_staged(sink: DurableSpanSink, staged: _Staged, result: ImportResult) -> None:
+    """Assemble the staged traces in the order they began (the turns of a conversation are
+    then stored by continuing it), each trajectory noting the files it came from, and
+    forget the staged rows."""
+
+    def annotate(trajectory: Trajectory) -> Trajectory:
+        metadata = {**trajectory.metadata, "import": {"files": staged.files_of(trajectory)}}
+        return replace(trajectory, metadata=metadata)
+
+    def saved(trajectory: Trajectory) -> None:
+        result.sessions.append(ImportedSession.of(trajectory))
+
+    traces = sorted(staged.started, key=lambda t: (staged.started[t], t))
+    sink.assemble_traces(traces, annotate=annotate, on_saved=saved)
+    sink.store.forget_pending(traces)
+    unjoined = sink.orphan_logs + sink.unjoinable_logs
+    if unjoined:
+        result.warnings.append(
+            f"{unjoined} log record(s) name no span of this import "
+            "(import the span file and its logs file together)"
+        )

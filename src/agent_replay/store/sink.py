@@ -306,6 +306,7 @@ class DurableSpanSink:
         self.batch_traces = batch_traces
         self.sessions_written = 0
         self.unjoinable_logs = 0
+        self.orphan_logs = 0  # log records assembled without their span
 
     def add(
         self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
@@ -336,15 +337,33 @@ class DurableSpanSink:
         """Assemble and store every trace that is complete or idle (every waiting one when
         ``force``); returns the number of sessions written."""
         traces = self.store.ready_traces(idle_ns=int(self.idle_seconds * 1e9), force=force)
+        return self.assemble_traces(traces)
+
+    def assemble_traces(
+        self,
+        trace_ids: Sequence[str],
+        *,
+        annotate: Callable[[Trajectory], Trajectory] | None = None,
+        on_saved: Callable[[Trajectory], None] | None = None,
+    ) -> int:
+        """Assemble and store every stored span and log record of ``trace_ids``, assembled
+        before or not, ``batch_traces`` traces per transaction; returns the number of sessions
+        written. ``annotate`` may change each assembled trajectory before it is saved;
+        ``on_saved`` sees each one once its batch is committed. Log records whose span is not
+        among the spans are counted in ``orphan_logs``."""
         written = 0
-        for start in range(0, len(traces), self.batch_traces):
-            batch = traces[start : start + self.batch_traces]
+        for start in range(0, len(trace_ids), self.batch_traces):
+            batch = list(trace_ids[start : start + self.batch_traces])
             span_rows, log_rows = self.store.pending_rows(batch)
             spans = [span_from_dict(json.loads(data)) for _, _, data in span_rows]
             logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
             if logs:
-                spans, _ = attach_logs(spans, logs)
-            trajectories = rehome(self.store, assemble(spans, source=self.source))
+                spans, orphans = attach_logs(spans, logs)
+                self.orphan_logs += len(orphans)
+            assembled = assemble(spans, source=self.source)
+            if annotate is not None:
+                assembled = [annotate(t) for t in assembled]
+            trajectories = rehome(self.store, assembled)
             commit = functools.partial(
                 self.store.commit_assembled,
                 spans=[(t, s) for t, s, _ in span_rows],
@@ -352,6 +371,9 @@ class DurableSpanSink:
             )
             covered = {(t, s) for t, s, _ in span_rows}
             save_merged(self.store, trajectories, commit, covered)
+            if on_saved is not None:
+                for trajectory in trajectories:
+                    on_saved(trajectory)
             written += len(trajectories)
         self.sessions_written += written
         return written

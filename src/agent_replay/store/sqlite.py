@@ -564,12 +564,12 @@ class CheckpointStore:
         """Every stored span ``(trace_id, span_id, data)`` and log record ``(digest, data)``
         of ``trace_ids``, assembled or not."""
         conn = self._conn()
-        spans = _select_in(
+        spans = _execute_in(
             conn,
             "SELECT trace_id, span_id, data FROM pending_spans WHERE trace_id IN ({})",
             trace_ids,
         )
-        logs = _select_in(
+        logs = _execute_in(
             conn, "SELECT digest, data FROM pending_logs WHERE trace_id IN ({})", trace_ids
         )
         return spans, logs
@@ -612,6 +612,18 @@ class CheckpointStore:
             deleted = conn.total_changes - before
         return deleted
 
+    def forget_pending(self, trace_ids: Sequence[str]) -> int:
+        """Forget the assembled span and log-record rows of ``trace_ids`` (rows still waiting
+        stay); returns rows deleted. For imports, whose spans are staged only to be
+        assembled."""
+        with self._sqlite_errors("forget assembled spans"), self._transaction() as conn:
+            before = conn.total_changes
+            for table in ("pending_spans", "pending_logs"):
+                _execute_in(
+                    conn, f"DELETE FROM {table} WHERE state=1 AND trace_id IN ({{}})", trace_ids
+                )
+            return conn.total_changes - before
+
     def pending_counts(self) -> dict[str, int]:
         """Rows in the pending tables: waiting and assembled spans and log records."""
         conn = self._conn()
@@ -634,7 +646,7 @@ class CheckpointStore:
         """Those of ``trace_ids`` that name a stored session holding that trace: spans of the
         trace stored on their own, before the conversation they belong to was known."""
         with self._sqlite_errors("read the trace index"):
-            rows = _select_in(
+            rows = _execute_in(
                 self._conn(),
                 "SELECT trace_id FROM session_traces "
                 "WHERE trace_id IN ({}) AND session_id = trace_id",
@@ -648,7 +660,7 @@ class CheckpointStore:
         written first; a session named by the trace id itself (spans of the trace stored
         before the session that holds the rest was known) only when no other holds it."""
         with self._sqlite_errors("read the trace index"):
-            rows = _select_in(
+            rows = _execute_in(
                 self._conn(),
                 "SELECT trace_id, session_id FROM session_traces WHERE trace_id IN ({}) "
                 "ORDER BY session_id = trace_id, rowid",
@@ -847,7 +859,7 @@ class CheckpointStore:
 
     def _blobs(self, hashes: set[str]) -> dict[str, Any]:
         # bytes checked by the caller: their digest must be the key
-        rows = _select_in(
+        rows = _execute_in(
             self._conn(), "SELECT hash, data FROM blobs WHERE hash IN ({})", list(hashes)
         )
         return dict(rows)
@@ -903,9 +915,9 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-def _select_in(conn: sqlite3.Connection, query: str, values: Sequence[Any]) -> list[tuple]:
-    """The rows of ``query``, whose ``IN ({})`` takes ``values``, asked 500 values at a time
-    (SQLite caps the number of parameters of one statement)."""
+def _execute_in(conn: sqlite3.Connection, query: str, values: Sequence[Any]) -> list[tuple]:
+    """Run ``query``, whose ``IN ({})`` takes ``values``, 500 values at a time (SQLite caps the
+    number of parameters of one statement); the rows it returned."""
     rows: list[tuple] = []
     for start in range(0, len(values), 500):
         chunk = values[start : start + 500]
