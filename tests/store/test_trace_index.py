@@ -160,3 +160,26 @@ def test_a_session_to_delete_that_changed_since_it_was_read_stops_the_write(db_p
         assert store.session_ids() == [T]  # nothing written, nothing deleted
         store.save_many([session("conv", T)], delete={T: fragment.digest})
         assert store.session_ids() == ["conv"]
+
+
+def test_a_receivers_backlog_is_assembled_in_arrival_order(db_path, monkeypatch):
+    """Turns received in order under trace ids that sort the other way, assembled one trace
+    per batch: each continues the stored conversation (no stored session is read whole)."""
+    turns = [
+        [replace(s, trace_id=f"{100 - n:032x}") for s in spans] for n, spans in enumerate(TURNS)
+    ]
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, batch_traces=1)
+        for spans in turns:
+            sink.add(spans)
+
+        def whole_load(session_id):
+            raise AssertionError(f"{session_id} was loaded whole")
+
+        monkeypatch.setattr(store, "load", whole_load)
+        assert sink.assemble_ready() == len(turns)
+        monkeypatch.undo()
+        stored = store.load(CONV)
+    assert [s.trace_id for s in stored.steps] == [
+        spans[0].trace_id for spans in turns for s in spans[1:]
+    ]

@@ -532,24 +532,26 @@ class CheckpointStore:
 
     def ready_traces(self, *, idle_ns: int, force: bool = False) -> list[str]:
         """Traces with spans or log records waiting to be assembled whose local root span has
-        arrived, or whose last arrival is ``idle_ns`` old (every waiting trace when ``force``)."""
+        arrived, or whose last arrival is ``idle_ns`` old (every waiting trace when ``force``),
+        in the order their first waiting rows arrived (so that the turns of a conversation
+        are assembled in order even when a backlog takes several batches)."""
         cutoff = time.time_ns() - idle_ns
         rows = (
             self._conn()
             .execute(
                 """
-            WITH waiting(trace_id, last) AS (
-                SELECT trace_id, MAX(received_ns) FROM pending_spans WHERE state=0
-                GROUP BY trace_id
+            WITH waiting(trace_id, first, last) AS (
+                SELECT trace_id, MIN(received_ns), MAX(received_ns) FROM pending_spans
+                WHERE state=0 GROUP BY trace_id
                 UNION ALL
-                SELECT trace_id, MAX(received_ns) FROM pending_logs WHERE state=0
-                GROUP BY trace_id
+                SELECT trace_id, MIN(received_ns), MAX(received_ns) FROM pending_logs
+                WHERE state=0 GROUP BY trace_id
             )
             SELECT w.trace_id, MAX(w.last),
                    EXISTS(SELECT 1 FROM pending_spans r WHERE r.trace_id=w.trace_id
                           AND r.is_root=1),
                    EXISTS(SELECT 1 FROM pending_spans r WHERE r.trace_id=w.trace_id)
-            FROM waiting AS w GROUP BY w.trace_id
+            FROM waiting AS w GROUP BY w.trace_id ORDER BY MIN(w.first), w.trace_id
             """
             )
             .fetchall()
