@@ -71,6 +71,7 @@ TURNS = [
     turn(3, answers="c1"),  # ... the next trace answers
     turn(4, call="c2"),  # never answered
     turn(5),
+    turn(6, call="c3", answers="c3"),  # asked and answered in one trace
 ]
 
 
@@ -81,8 +82,15 @@ def whole():
 
 
 def facts(step):
-    attributes = {k: v for k, v in step.attributes.items() if k != "requested_by"}
-    return (step.index, step.name, step.span_id, step.inputs, step.output_payload(), attributes)
+    """What a stored step says, its links to other steps included."""
+    return (
+        step.index,
+        step.name,
+        step.span_id,
+        step.inputs,
+        step.output_payload(),
+        step.attributes,
+    )
 
 
 def otlp_document(spans) -> dict:

@@ -188,15 +188,20 @@ class Step:
         fields["header_bytes"] = header_bytes
         return step
 
-    def placed(self, index: int, prev_hash: str) -> Step:
-        """The same step at ``index`` after ``prev_hash``: its content hashes and bytes are
-        kept, only its header and ``step_hash`` are new."""
-        if index == self.index and prev_hash == self.prev_hash:
+    def placed(
+        self, index: int, prev_hash: str, attributes: Mapping[str, Any] | None = None
+    ) -> Step:
+        """The same step at ``index`` after ``prev_hash`` (with other ``attributes`` if
+        given): its content hashes and bytes are kept, only its header and ``step_hash`` are
+        new."""
+        if index == self.index and prev_hash == self.prev_hash and attributes is None:
             return self
         step = object.__new__(Step)
         fields = step.__dict__
         fields.update(self.__dict__)
         fields.update(index=index, prev_hash=prev_hash)
+        if attributes is not None:
+            fields["attributes"] = attributes
         header_bytes = canonical.encode(step.header())
         fields.update(step_hash=canonical.digest(header_bytes), header_bytes=header_bytes)
         return step

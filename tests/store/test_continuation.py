@@ -41,11 +41,19 @@ def stored_turn_by_turn(db_path, sink_kind):
 def test_turn_by_turn_is_the_session_assembled_at_once(db_path, sink_kind):
     loaded = stored_turn_by_turn(db_path, sink_kind)  # load() checks every hash and link
     expected = whole()
-    # the same steps in the same order; only the link of a tool step to the llm step that
-    # requested it in an earlier trace is made by assembling both traces together
+    # the same steps in the same order, with the same links between them: a tool step to
+    # the llm step that asked for it in an earlier trace, and in its own trace (an index
+    # into the session, not into the trace)
     assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
-    assert expected.steps[4].attributes["requested_by"] == 2
-    assert [s.step_hash for s in loaded.steps[:4]] == [s.step_hash for s in expected.steps[:4]]
+    assert [(s.name, s.attributes.get("requested_by")) for s in loaded.steps][3:] == [
+        ("chat m", None),
+        ("lookup", 2),
+        ("chat m", None),
+        ("chat m", None),
+        ("chat m", None),
+        ("lookup", 7),
+    ]
+    assert [s.step_hash for s in loaded.steps] == [s.step_hash for s in expected.steps]
     assert loaded.metadata["trace_ids"] == expected.metadata["trace_ids"]
     report = loaded.metadata["capture"]
     assert without_counts(report) == without_counts(expected.metadata["capture"])
@@ -94,6 +102,24 @@ def test_a_trace_that_does_not_follow_is_merged_whole(db_path):
         assert continue_session(SessionEnd.of(store.load(CONV)), later) is None
         loaded = store.load(CONV)
     assert [s.trace_id for s in loaded.steps] == [TURNS[0][0].trace_id, TURNS[2][0].trace_id]
+
+
+@pytest.mark.parametrize("order", [(6, 0), (3, 2), (6, 3, 2, 0)])
+def test_links_between_steps_survive_a_merge_that_reorders_them(db_path, order):
+    """Turns stored out of order are merged whole and re-sorted; each tool step still names
+    the llm step that asked for its call, in its own trace (6) or an earlier one (2 → 3)."""
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for n in order:
+            sink.add(TURNS[n])
+            sink.flush()
+        loaded = store.load(CONV)
+    (expected,) = assemble([s for n in sorted(order) for s in TURNS[n]])
+    assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
+    for step in loaded.steps:
+        if step.name == "lookup":
+            requester = loaded.steps[step.attributes["requested_by"]]
+            assert step.attributes["tool_call_id"] in requester.attributes["tool_calls"]
 
 
 def test_a_late_span_of_a_stored_trace_is_not_a_continuation():

@@ -563,7 +563,9 @@ def capture_report(
     Keys: ``steps``, ``dialects``, ``steps_without_content`` (indices),
     ``tool_steps_without_result`` (not failed ones), ``opaque_steps`` (names), ``truncated_steps``,
     ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
-    nothing answered), ``notes`` (sentences for people) and ``replayable`` (content everywhere
+    nothing answered) and ``unanswered_requested_by`` (each one's first requesting step, so
+    that a later trace answering it can be linked without reading the steps), ``notes``
+    (sentences for people) and ``replayable`` (content everywhere
     and nothing truncated); ``spans`` / ``log_records`` when the caller knows them.
 
     ``before`` is the report of the steps that precede ``steps`` in the same chain: the result
@@ -587,13 +589,17 @@ def capture_report(
     truncated = [start + i for i, s in enumerate(steps) if s.attributes.get("dropped_attributes")]
     synthesized = [start + i for i, s in enumerate(steps) if s.attributes.get("synthesized")]
     answered = {s.attributes.get("tool_call_id") for s in steps if s.kind is StepKind.TOOL}
-    unanswered = [
-        cid
-        for s in steps
-        if s.kind is StepKind.LLM
-        for cid, _ in requested_tool_calls(s.action)
-        if cid is not None and cid not in answered
-    ]
+    unanswered: list[str] = []
+    requesters: dict[str, int] = {}  # the first step that asked for each unanswered call
+    if before:
+        earlier = before.get("unanswered_requested_by") or {}
+        requesters.update((c, i) for c, i in earlier.items() if c not in answered)
+    for i, s in enumerate(steps):
+        if s.kind is StepKind.LLM:
+            for cid, _ in requested_tool_calls(s.action):
+                if cid is not None and cid not in answered:
+                    unanswered.append(cid)
+                    requesters.setdefault(cid, start + i)
     notes = [
         f"step {start + i}: {note}"
         for i, s in enumerate(steps)
@@ -620,6 +626,7 @@ def capture_report(
         "truncated_steps": truncated,
         "synthesized_tool_steps": synthesized,
         "unanswered_tool_calls": unanswered,
+        "unanswered_requested_by": requesters,
         "notes": notes,
         "replayable": not no_content and not truncated,
     }
@@ -678,18 +685,61 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
     last = end.last.started_ns or 0
     if any((s.started_ns or 0) < last for s in new.steps):
         return None
+    # links name steps by index: those within ``new`` move with it; a tool step answering a
+    # call the stored steps asked for (in an earlier trace) is linked to the step that did
+    stored_requests = before.get("unanswered_requested_by") or {}
+    links: dict[int, dict[str, Any]] = {}
+    for j, step in enumerate(new.steps):
+        if step.kind is not StepKind.TOOL:
+            continue
+        link = step.attributes.get("requested_by")
+        if isinstance(link, int):
+            link += end.n_steps
+        else:
+            link = stored_requests.get(step.attributes.get("tool_call_id"))
+        if link is not None:
+            links[j] = {**step.attributes, "requested_by": link}
+    steps = new.steps
+    if links:  # placed again after the stored end anyway: sealed here with the new links
+        steps = tuple(
+            s.placed(s.index, s.prev_hash, links[j]) if j in links else s
+            for j, s in enumerate(steps)
+        )
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted({*old_traces, *new_traces})
-    metadata["capture"] = capture_report(new.steps, before=before)
+    metadata["capture"] = capture_report(steps, before=before)
     session = Trajectory(
         session_id=new.session_id,
-        steps=new.steps,
+        steps=steps,
         task=end.session.task,
         seed=new.seed,
         outcome=new.outcome or end.session.outcome,
         metadata=metadata,
     )
     return Continuation.after(end, session)
+
+
+def _relink(drafts: list[StepDraft], requesters: Mapping[int, tuple[str | None, str]]) -> None:
+    """Point each tool step's ``requested_by`` (an index) at where its requester, the span in
+    ``requesters`` (by ``id`` of the draft), now is; a tool step whose requester is not among
+    the steps before it is linked by its call id to the first earlier llm step that asked
+    for that call (one in another trace: a call answered in a later turn)."""
+    position = {(d.trace_id, d.span_id): i for i, d in enumerate(drafts) if d.span_id}
+    first_request: dict[str, int] = {}
+    for i, draft in enumerate(drafts):
+        if draft.kind is StepKind.LLM:
+            for cid in draft.attributes.get("tool_calls") or ():
+                first_request.setdefault(str(cid), i)
+            continue
+        if draft.kind is not StepKind.TOOL:
+            continue
+        link = position.get(requesters.get(id(draft)))  # type: ignore[arg-type]
+        if link is None or link >= i:
+            link = first_request.get(str(draft.attributes.get("tool_call_id")))
+        attributes = {k: v for k, v in draft.attributes.items() if k != "requested_by"}
+        if link is not None:
+            attributes["requested_by"] = link
+        draft.attributes = attributes
 
 
 def _reunited(drafts: list[StepDraft], earlier: Sequence[Step]) -> list[StepDraft]:
@@ -750,19 +800,24 @@ def merge(
         if covered is not None and s.trace_id in new_traces and s.span_id and uncovered(s)
     }
     kept = [
-        s.draft()
+        s
         for s in old.steps
         if s.trace_id not in new_traces or (s.trace_id in partial and uncovered(s))
     ]
     if not kept:
         return new
-    drafts = _reunited(
-        sorted(
-            kept + [s.draft() for s in new.steps],
-            key=lambda d: (d.started_ns or 0, d.ended_ns or 0, d.span_id or ""),
-        ),
-        old.steps,
-    )
+    requesters: dict[int, tuple[str | None, str]] = {}  # id(draft) → its requester's span
+    drafts = []
+    for steps, chosen in ((old.steps, kept), (new.steps, new.steps)):
+        for step in chosen:
+            draft = step.draft()
+            link = step.attributes.get("requested_by")
+            if isinstance(link, int) and 0 <= link < len(steps) and steps[link].span_id:
+                requesters[id(draft)] = (steps[link].trace_id, steps[link].span_id)
+            drafts.append(draft)
+    drafts.sort(key=lambda d: (d.started_ns or 0, d.ended_ns or 0, d.span_id or ""))
+    drafts = _reunited(drafts, old.steps)
+    _relink(drafts, requesters)
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)
     metadata["capture"] = capture_report(drafts)
