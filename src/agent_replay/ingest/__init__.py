@@ -26,7 +26,7 @@ import gzip
 import logging
 import os
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
@@ -326,6 +326,33 @@ def _sources(source: Source | Sequence[str | os.PathLike]) -> list[Source]:
     return [source]  # type: ignore[list-item]
 
 
+def _read_each(
+    sources: Iterable[Source],
+    format: str,
+    result: ImportResult,
+    on_source: Callable[[SourceReport], None] | None,
+) -> Iterator[tuple[SourceReport, Parsed]]:
+    """Each readable source's report and what it held, one source at a time. Every report
+    goes to ``result.sources`` (a source that cannot be read carries its error) and then to
+    ``on_source``, once the caller is done with the source."""
+    for source in sources:
+        report = SourceReport(source=_name(source))
+        try:
+            parsed = read_source(source, format)
+        except ImportFormatError as exc:
+            report.error = exc
+        else:
+            report.format = parsed.format
+            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
+            report.trajectories = len(parsed.trajectories)
+            report.rejected = parsed.rejected
+            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
+            yield report, parsed
+        result.sources.append(report)
+        if on_source is not None:
+            on_source(report)
+
+
 def load_many(
     sources: Iterable[Source],
     format: str = "auto",
@@ -342,27 +369,13 @@ def load_many(
     spans = []
     logs = []
     files_of_trace: dict[str, set[str]] = {}
-    for source in sources:
-        report = SourceReport(source=_name(source))
-        try:
-            parsed = read_source(source, format)
-        except ImportFormatError as exc:
-            report.error = exc
-        else:
-            report.format = parsed.format
-            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
-            report.trajectories = len(parsed.trajectories)
-            report.rejected = parsed.rejected
-            result.trajectories.extend(parsed.trajectories)
-            spans.extend(parsed.spans)
-            logs.extend(parsed.logs)
-            for span in parsed.spans:
-                files_of_trace.setdefault(span.trace_id, set()).add(report.source)
-                result.spans.add((span.trace_id, span.span_id))
-            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
-        result.sources.append(report)
-        if on_source is not None:
-            on_source(report)
+    for report, parsed in _read_each(sources, format, result, on_source):
+        result.trajectories.extend(parsed.trajectories)
+        spans.extend(parsed.spans)
+        logs.extend(parsed.logs)
+        for span in parsed.spans:
+            files_of_trace.setdefault(span.trace_id, set()).add(report.source)
+            result.spans.add((span.trace_id, span.span_id))
     if logs:
         joinable = [log for log in logs if log.span_id]
         spans, orphans = attach_logs(spans, joinable)
@@ -437,29 +450,15 @@ def import_into(
     result = ImportResult()
     sink = DurableSpanSink(store, source="import:otlp")
     staged = _Staged()
-    for source in sources:
-        report = SourceReport(source=_name(source))
-        try:
-            parsed = read_source(source, format)
-        except ImportFormatError as exc:
-            report.error = exc
-        else:
-            report.format = parsed.format
-            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
-            report.trajectories = len(parsed.trajectories)
-            report.rejected = parsed.rejected
-            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
-            if parsed.spans or parsed.logs:
-                sink.add(parsed.spans, parsed.logs)
-                for span in parsed.spans:
-                    staged.note(span.trace_id, span.start_ns, report.source)
-                for log in parsed.logs:  # files of spans only, as load_many notes them
-                    staged.note(log.trace_id, log.time_ns, None)
-            if parsed.trajectories:
-                _save_trajectories(store, parsed.trajectories, result)
-        result.sources.append(report)
-        if on_source is not None:
-            on_source(report)
+    for report, parsed in _read_each(sources, format, result, on_source):
+        if parsed.spans or parsed.logs:
+            sink.add(parsed.spans, parsed.logs)
+            for span in parsed.spans:
+                staged.note(span.trace_id, span.start_ns, report.source)
+            for log in parsed.logs:  # files of spans only, as load_many notes them
+                staged.note(log.trace_id, log.time_ns, None)
+        if parsed.trajectories:
+            _save_trajectories(store, parsed.trajectories, result)
     if staged.started:
         _assemble_staged(sink, staged, result)
     return result
