@@ -6,12 +6,15 @@ trajectories and writes them in one transaction. Spans that arrive for a trace a
 (late children, distributed traces) re-assemble that trace from every span seen, as long as
 the trace is remembered (the most recent ``remember_traces`` traces, within ``remember_bytes``
 of attribute text); a conversation spread over several traces is merged with what the store
-already holds. Used by the span processor's worker thread; not thread-safe itself.
+already holds, and spans of a trace the store holds go where the store's trace index says
+that trace went (:func:`rehome`, :func:`adopt`). Used by the span processor's worker thread;
+not thread-safe itself.
 
 :class:`DurableSpanSink` does the same for the OTLP receiver, but buffers in the store's
 pending tables: :meth:`~DurableSpanSink.add` returns only once the spans are committed to disk,
 so the receiver can acknowledge an export knowing a crash will not lose it, and a restarted
-receiver assembles whatever was left waiting.
+receiver assembles whatever was left waiting. ``agent-replay import`` stages the files it
+reads through it too.
 """
 
 from __future__ import annotations
