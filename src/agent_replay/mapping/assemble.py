@@ -3,8 +3,10 @@
 Spans are grouped by ``gen_ai.conversation.id`` (or another dialect's session id) when a trace
 carries one (several traces of one conversation make one trajectory), else by trace id. Within
 a group the span tree is walked depth-first, children in start-time order, so a parent
-precedes what it contains and siblings keep the order they started in. Groups without any
-GenAI span are not agent runs and are skipped.
+precedes what it contains and siblings keep the order they started in; the steps of several
+traces are interleaved by start time, each trace keeping its own order (so traces that
+overlap in time come out as :func:`merge` orders them when they arrive one by one). Groups
+without any GenAI span are not agent runs and are skipped.
 
 Which spans become steps: every span a dialect claimed as a step; an agent invocation (or a
 plan) that contains no steps as a step of its own; and unrecognised leaf spans that are not
@@ -38,11 +40,12 @@ report saying what is missing for replay.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import canonical
 from ..errors import CanonicalEncodingError
@@ -62,6 +65,7 @@ from .messages import call_id, requested_tool_calls, tool_call_parts, tool_respo
 __all__ = ["assemble", "assemble_mapped", "capture_report", "continue_session", "merge"]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 CONTENT_HINT = (
     "no message content was captured; set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="
@@ -104,6 +108,25 @@ def assemble_mapped(
 
 def _sort_key(m: MappedSpan) -> tuple:
     return (m.span.start_ns, m.span.end_ns, m.span.span_id)
+
+
+def _step_key(d: StepDraft) -> tuple:
+    return (d.started_ns or 0, d.ended_ns or 0, d.span_id or "")
+
+
+def _interleaved(
+    items: list[_T], key: Callable[[_T], tuple], trace: Callable[[_T], str | None]
+) -> list[_T]:
+    """``items`` of several traces (one conversation) interleaved by ``key`` (start time),
+    each trace's own items kept in their order: traces that overlap in time (concurrent
+    turns) are ordered the same way whether they are assembled together or merged later."""
+    by_trace: dict[str | None, list[_T]] = {}
+    for item in items:
+        by_trace.setdefault(trace(item), []).append(item)
+    if len(by_trace) < 2:
+        return items
+    runs = sorted(by_trace.items(), key=lambda kv: (key(kv[1][0]), kv[0] or ""))
+    return list(heapq.merge(*(run for _, run in runs), key=key))
 
 
 @dataclass
@@ -482,7 +505,9 @@ def _build(
 ) -> Trajectory | None:
     if not any(m.role != Role.OTHER for m in members):
         return None
-    ordered = _walk(members)
+    ordered = _interleaved(
+        _walk(members), lambda entry: _sort_key(entry[0]), lambda entry: entry[0].span.trace_id
+    )
     if not ordered:
         return None
     items = [_draft(m, agent, plan) for m, agent, plan in ordered]
@@ -815,8 +840,8 @@ def merge(
             if isinstance(link, int) and 0 <= link < len(steps) and steps[link].span_id:
                 requesters[id(draft)] = (steps[link].trace_id, steps[link].span_id)
             drafts.append(draft)
-    drafts.sort(key=lambda d: (d.started_ns or 0, d.ended_ns or 0, d.span_id or ""))
-    drafts = _reunited(drafts, old.steps)
+    drafts.sort(key=_step_key)
+    drafts = _reunited(_interleaved(drafts, _step_key, lambda d: d.trace_id), old.steps)
     _relink(drafts, requesters)
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)
