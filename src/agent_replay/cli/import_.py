@@ -64,12 +64,22 @@ def import_command(
     progress = click.progressbar(
         length=len(files), label="Importing", file=sys.stderr, show_pos=True
     )
+    assembling: list = []  # the second phase's bar, drawn over the first one's line (whose
+    # end, when the import returns, ends the line)
+
+    def assembled(done: int, total: int) -> None:
+        if not assembling:
+            assembling.append(
+                click.progressbar(length=total, label="Assembling", file=sys.stderr, show_pos=True)
+            )
+        assembling[0].update(done - assembling[0].pos)
+
     with friendly_errors(), open_store(db, must_exist=False) as store, progress as bar:
 
         def advance(report: SourceReport) -> None:
             bar.update(1)
 
-        result = import_into(store, files, fmt, on_source=advance)
+        result = import_into(store, files, fmt, on_source=advance, on_assembled=assembled)
     failed = [s for s in result.sources if s.error is not None]
     skipped = [s for s in result.sources if s.rejected]
     sessions = result.sessions

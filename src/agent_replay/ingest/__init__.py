@@ -431,9 +431,12 @@ def import_into(
     format: str = "auto",
     *,
     on_source: Callable[[SourceReport], None] | None = None,
+    on_assembled: Callable[[int, int], None] | None = None,
 ) -> ImportResult:
     """Read every source and store what it holds; what was stored is in ``result.sessions``
     (``result.trajectories`` stays empty: nothing is kept in memory beyond one source).
+    ``on_source`` sees each source's report once it is read, ``on_assembled`` how many of the
+    staged traces are assembled so far, and of how many, after each batch (progress bars).
 
     OTLP spans and log records are staged in the store's pending tables as each source is
     read (one transaction per source) and then assembled trace by trace, exactly as the
@@ -460,7 +463,7 @@ def import_into(
         if parsed.trajectories:
             _save_trajectories(store, parsed.trajectories, result)
     if staged.started:
-        _assemble_staged(sink, staged, result)
+        _assemble_staged(sink, staged, result, on_assembled)
     return result
 
 
@@ -503,7 +506,12 @@ class _Staged:
         return sorted({f for t in traces for f in self.files.get(t, ())})
 
 
-def _assemble_staged(sink: DurableSpanSink, staged: _Staged, result: ImportResult) -> None:
+def _assemble_staged(
+    sink: DurableSpanSink,
+    staged: _Staged,
+    result: ImportResult,
+    on_assembled: Callable[[int, int], None] | None,
+) -> None:
     """Assemble the staged traces in the order they began (the turns of a conversation are
     then stored by continuing it), each trajectory noting the files it came from, and
     forget the staged rows."""
@@ -516,7 +524,11 @@ def _assemble_staged(sink: DurableSpanSink, staged: _Staged, result: ImportResul
         result.sessions.append(ImportedSession.of(trajectory))
 
     traces = sorted(staged.started, key=lambda t: (staged.started[t], t))
-    sink.assemble_traces(traces, annotate=annotate, on_saved=saved)
+    for start in range(0, len(traces), sink.batch_traces):
+        batch = traces[start : start + sink.batch_traces]
+        sink.assemble_traces(batch, annotate=annotate, on_saved=saved)
+        if on_assembled is not None:
+            on_assembled(start + len(batch), len(traces))
     sink.store.forget_pending(traces)
     unjoined = sink.orphan_logs + sink.unjoinable_logs
     if unjoined:
