@@ -5,6 +5,8 @@ mean a reader bug slipped through)."""
 
 import copy
 import json
+import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import ImportFormatError
-from agent_replay.ingest import FORMATS, load_many, read_source
+from agent_replay.ingest import FORMATS, import_into, load_many, read_source
+from agent_replay.model import StepDraft, StepKind, chain_steps
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"
@@ -94,7 +98,10 @@ def test_arbitrary_bytes(fmt, data):
     check(data, fmt)
 
 
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "otlp-proto"])
+DOCUMENTS = [f for f in FORMATS if f not in ("otlp-proto", "store")]  # JSON formats
+
+
+@pytest.mark.parametrize("fmt", DOCUMENTS)
 @FUZZ
 @given(data=st.data())
 def test_truncated_documents_name_a_position(fmt, data):
@@ -109,7 +116,7 @@ def test_truncated_documents_name_a_position(fmt, data):
             assert exc.position.startswith("line"), str(exc)
 
 
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "otlp-proto"])
+@pytest.mark.parametrize("fmt", DOCUMENTS)
 @FUZZ
 @given(data=st.data())
 def test_wrong_types_anywhere(fmt, data):
@@ -124,7 +131,7 @@ def test_wrong_types_anywhere(fmt, data):
     check(encoded, "auto")
 
 
-@pytest.mark.parametrize("fmt", ["auto", *[f for f in FORMATS if f != "otlp-proto"]])
+@pytest.mark.parametrize("fmt", ["auto", *DOCUMENTS])
 @pytest.mark.parametrize("depth", [50, 3000, 100_000])
 def test_deeply_nested_documents(fmt, depth):
     check(b"[" * depth + b"]" * depth, fmt)
@@ -191,4 +198,47 @@ def test_other_files_of_the_same_import_still_land(garbage):
     result = load_many([garbage, good])
     assert result.sources[1].ok
     assert any(t.session_id == "sess-abc123-simple" for t in result.trajectories)
+    assert all("internal error" not in str(e) for e in result.errors)
+
+
+def _store_bytes() -> bytes:
+    """A small agent-replay store file, made once: two sessions of two steps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.sqlite"
+        with CheckpointStore(path, durable=False) as store:
+            for n in range(2):
+                drafts = [
+                    StepDraft(kind=StepKind.LLM, name="a", inputs=f"q{n}", action=f"a{n}"),
+                    StepDraft(kind=StepKind.TOOL, name="t", inputs={"x": n}, action=n),
+                ]
+                store.save(Trajectory(f"s{n}", chain_steps(drafts)))
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        return path.read_bytes()
+
+
+STORE = _store_bytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_damaged_store_file_is_reported_and_the_other_files_land(data):
+    """Bytes of a store overwritten at random places, or cut short: the import reports the
+    file (or the sessions it cannot verify) and still imports the other file."""
+    raw = bytearray(STORE)
+    for _ in range(data.draw(st.integers(1, 8))):
+        position = data.draw(st.integers(16, len(raw) - 1))  # keep the SQLite header
+        raw[position] = data.draw(st.integers(0, 255))
+    raw = raw[: data.draw(st.integers(16, len(raw)))]
+    with tempfile.TemporaryDirectory() as tmp:
+        damaged = Path(tmp) / "damaged.sqlite"
+        damaged.write_bytes(bytes(raw))
+        good = FIXTURES / "atif" / "simple_trajectory.json"
+        with CheckpointStore(Path(tmp) / "target.sqlite", durable=False) as target:
+            result = import_into(target, [damaged, good])
+            assert "sess-abc123-simple" in target.session_ids()
+            for session_id in target.session_ids():
+                target.load(session_id)  # whatever landed verifies
+    assert result.sources[1].ok
     assert all("internal error" not in str(e) for e in result.errors)

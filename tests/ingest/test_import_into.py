@@ -4,14 +4,17 @@ kept in memory beyond one file, nothing staged left behind; trajectories a file 
 (Langfuse, LangSmith) replace their stored copy instead of piling up."""
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from agent_replay import CheckpointStore
+from agent_replay import CheckpointStore, Trajectory
 from agent_replay.ingest import import_into, load
 from agent_replay.mapping.assemble import assemble
-from conversation_turns import CONV, facts, otlp_document, turn
+from agent_replay.model import StepDraft, StepKind, chain_steps
+from agent_replay.store.sink import SpanSink
+from conversation_turns import CONV, TURNS, facts, otlp_document, turn, whole
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 GENERATED_NAMES = ("otel_event_only.jsonl", "otel_event_only.logs.jsonl")
@@ -74,3 +77,91 @@ def test_importing_a_backend_export_twice_keeps_one_copy(db_path, folder):
         import_into(store, paths)
         twice = {sid: store.load(sid).steps for sid in store.session_ids()}
     assert once and twice == once
+
+
+def test_stores_of_load_balanced_receivers_are_joined(tmp_path, db_path):
+    """Receivers behind a trace-id load balancer each hold some turns of a conversation:
+    importing their stores gives the conversation whole (and again changes nothing)."""
+    parts = {"a": TURNS[:3], "b": TURNS[3:]}
+    for name, turns in parts.items():
+        with CheckpointStore(tmp_path / f"{name}.sqlite") as receiver:
+            sink = SpanSink(receiver)
+            for spans in turns:
+                sink.add(spans)
+                sink.flush()
+    sources = [tmp_path / "b.sqlite", tmp_path / "a.sqlite"]  # the later turns first
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, sources)
+        assert not result.errors and not result.warnings
+        assert [r.format for r in result.sources] == ["store", "store"]
+        assert [r.trajectories for r in result.sources] == [1, 1]
+        once = store.load(CONV)
+        import_into(store, sources[1:])
+        assert store.load(CONV) == once
+    assert [facts(s) for s in once.steps] == [facts(s) for s in whole().steps]
+
+
+def test_a_damaged_session_of_an_imported_store_is_reported_and_the_rest_imported(
+    tmp_path, db_path
+):
+    source = tmp_path / "source.sqlite"
+    with CheckpointStore(source) as other:
+        for n in (0, 1):
+            other.save(Trajectory(f"s{n}", chain_steps([_draft(n)])))
+        conn = sqlite3.connect(source)
+        conn.execute("UPDATE blobs SET data=? WHERE data=?", (b'"x"', b'"in0"'))
+        conn.commit()
+        conn.close()
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, [source])
+        assert store.session_ids() == ["s1"]
+    assert "session 's0'" in result.warnings[0] and "skipped" in result.warnings[0]
+    assert result.sources[0].trajectories == 1 and not result.errors
+
+
+def _draft(n):
+    return StepDraft(kind=StepKind.LLM, name="x", inputs=f"in{n}", action=n)
+
+
+def test_a_store_is_read_without_changing_it_and_never_into_itself(tmp_path, db_path):
+    source = tmp_path / "old.sqlite"
+    with CheckpointStore(source) as other:
+        other.save(Trajectory("s", chain_steps([_draft(0)])))
+    conn = sqlite3.connect(source)  # make it a schema-2 file, as an older version wrote it
+    conn.execute("DROP TABLE session_traces")
+    conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = source.read_bytes()
+    with CheckpointStore(db_path) as store:
+        assert not import_into(store, [source]).errors
+        assert store.session_ids() == ["s"]
+        itself = import_into(store, [db_path])
+        assert "being imported into" in str(itself.errors[0])
+    assert source.read_bytes() == before  # not migrated, not touched
+
+
+def test_a_sqlite_file_that_is_not_a_store_is_refused(tmp_path, db_path):
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, [other])
+    assert "not an agent-replay store" in str(result.errors[0])
+
+
+def test_a_store_whose_sessions_cannot_be_listed_is_reported(tmp_path, db_path):
+    source = tmp_path / "broken.sqlite"
+    with CheckpointStore(source) as other:
+        other.save(Trajectory("s", chain_steps([_draft(0)])))
+    conn = sqlite3.connect(source)
+    conn.execute("ALTER TABLE sessions RENAME COLUMN session_id TO gone")
+    conn.commit()
+    conn.close()
+    with CheckpointStore(db_path) as store:
+        result = import_into(store, [source])
+        assert store.session_ids() == []
+    assert "cannot list its sessions" in str(result.errors[0])

@@ -52,11 +52,13 @@ def _expand(paths: tuple[Path, ...]) -> list[Path]:
 def import_command(
     paths: tuple[Path, ...], db: Path, fmt: str, strict: bool, as_json: bool
 ) -> None:
-    """Import trace files (OTLP JSON/protobuf, Langfuse, LangSmith, ATIF, Who&When, JSONL).
+    """Import trace files (OTLP JSON/protobuf, Langfuse, LangSmith, ATIF, Who&When, JSONL)
+    or other stores.
 
     Directories are imported recursively. OTLP files of one call are assembled together, so
-    give a span file and its logs file in the same call. A file that cannot be read is
-    reported and the others are still imported; the exit code is 1 if any file failed.
+    give a span file and its logs file in the same call. Another store's sessions join what
+    DB holds (stores of load-balanced receivers). A file that cannot be read is reported and
+    the others are still imported; the exit code is 1 if any file failed.
     """
     files = _expand(paths)
     if not files:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
-from ..errors import ImportFormatError
+from ..errors import AgentReplayError, ImportFormatError, StoreError
 from ..mapping.assemble import assemble
 from ..mapping.spans import attach_logs
 from ..model import Trajectory
@@ -59,7 +59,17 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-FORMATS = ("otlp-json", "otlp-proto", "langfuse", "langsmith", "atif", "whowhen", "jsonl")
+FORMATS = (
+    "otlp-json",
+    "otlp-proto",
+    "langfuse",
+    "langsmith",
+    "atif",
+    "whowhen",
+    "jsonl",
+    "store",
+)
+_SQLITE = b"SQLite format 3\x00"
 Source = str | os.PathLike | bytes | bytearray | dict | list
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
@@ -283,9 +293,57 @@ def _stem(name: str) -> str:
     return stem or "session"
 
 
+def _is_store(source: Source) -> bool:
+    """Whether ``source`` is a SQLite file (read without reading the whole file)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(len(_SQLITE)) == _SQLITE
+    except OSError:
+        return False
+
+
+def _open_store(source: str | os.PathLike, name: str) -> Parsed:
+    """Another agent-replay store, opened read-only: its sessions are read one at a time."""
+    try:
+        return Parsed(format="store", source=name, store=CheckpointStore(source, read_only=True))
+    except StoreError as exc:
+        raise ImportFormatError(str(exc).removeprefix(f"{name}: "), source=name) from None
+
+
+def _sessions(parsed: Parsed, report: SourceReport) -> Iterator[Trajectory]:
+    """The sessions of a store source, each verified as it is loaded (one that is not is
+    skipped and reported), counted in ``report``; the store is closed at the end."""
+    store = parsed.store
+    try:
+        try:
+            session_ids = store.session_ids()
+        except AgentReplayError as exc:
+            report.error = ImportFormatError(
+                f"cannot list its sessions ({exc})", source=report.source
+            )
+            return
+        for session_id in session_ids:
+            try:
+                trajectory = store.load(session_id)
+            except AgentReplayError as exc:
+                parsed.rejected.append(f"session {session_id!r}: {exc}")
+                continue
+            report.trajectories += 1
+            yield trajectory
+    finally:
+        store.close()
+
+
 def read_source(source: Source, format: str = "auto") -> Parsed:
-    """Parse one source without assembling OTLP spans. Raises :class:`ImportFormatError`."""
+    """Parse one source without assembling OTLP spans. Raises :class:`ImportFormatError`.
+    Another agent-replay store comes back open (``parsed.store``), not read."""
     name = _name(source)
+    if format in ("auto", "store") and _is_store(source):
+        return _open_store(source, name)  # type: ignore[arg-type]
+    if format == "store":
+        raise ImportFormatError("not an agent-replay store (SQLite file expected)", source=name)
     try:
         data = _read(source, name)
         if isinstance(data, bytes):
@@ -346,8 +404,8 @@ def _read_each(
             report.spans, report.logs = len(parsed.spans), len(parsed.logs)
             report.trajectories = len(parsed.trajectories)
             report.rejected = parsed.rejected
-            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
             yield report, parsed
+            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
         result.sources.append(report)
         if on_source is not None:
             on_source(report)
@@ -371,6 +429,8 @@ def load_many(
     files_of_trace: dict[str, set[str]] = {}
     for report, parsed in _read_each(sources, format, result, on_source):
         result.trajectories.extend(parsed.trajectories)
+        if parsed.store is not None:
+            result.trajectories.extend(_sessions(parsed, report))
         spans.extend(parsed.spans)
         logs.extend(parsed.logs)
         for span in parsed.spans:
@@ -454,6 +514,9 @@ def import_into(
     sink = DurableSpanSink(store, source="import:otlp")
     staged = _Staged()
     for report, parsed in _read_each(sources, format, result, on_source):
+        if parsed.store is not None:
+            _import_store(store, parsed, report, result)
+            continue
         if parsed.spans or parsed.logs:
             sink.add(parsed.spans, parsed.logs)
             for span in parsed.spans:
@@ -465,6 +528,20 @@ def import_into(
     if staged.started:
         _assemble_staged(sink, staged, result, on_assembled)
     return result
+
+
+def _import_store(
+    store: CheckpointStore, parsed: Parsed, report: SourceReport, result: ImportResult
+) -> None:
+    """Every session of another store, one at a time, saved as a backend export's are
+    (stores of receivers behind a load balancer hold different traces of one conversation:
+    they join here)."""
+    if os.path.samefile(parsed.store.path, store.path):
+        parsed.store.close()
+        report.error = ImportFormatError("is the store being imported into", source=report.source)
+        return
+    for trajectory in _sessions(parsed, report):
+        _save_trajectories(store, [trajectory], result)
 
 
 def _save_trajectories(

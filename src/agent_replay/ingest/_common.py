@@ -35,7 +35,8 @@ class Reject(Exception):
 class Parsed:
     """What one source held. OTLP sources give spans and log records (assembled together with
     those of the other files of the same import, because a trace can span files); the other
-    formats give finished trajectories. ``rejected`` lists records that were skipped."""
+    formats give finished trajectories, an agent-replay store its sessions (read one at a time
+    from ``store``). ``rejected`` lists records that were skipped."""
 
     format: str
     source: str
@@ -43,6 +44,7 @@ class Parsed:
     logs: list[LogEvent] = field(default_factory=list)
     trajectories: list[Trajectory] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    store: Any = None  # another agent-replay store, open read-only: its sessions, one by one
 
 
 def read_documents(

@@ -66,6 +66,9 @@ from ..model import (
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
 SCHEMA_VERSION = 3
+# what SQLite raises on a damaged file: its errors, and text (its own messages included) that
+# is not UTF-8
+_SQLITE_FAILURES = (sqlite3.DatabaseError, UnicodeDecodeError)
 APPLICATION_ID = 0x41525031  # "ARP1": marks the file as an agent-replay store
 
 _SCHEMA = """
@@ -183,13 +186,21 @@ class CheckpointStore:
     """A SQLite file of content-addressed, hash-chained trajectories.
 
     Thread-safe (one connection per thread); several processes may write the same file.
-    Raises :class:`StoreError` when ``path`` is not an agent-replay store.
+    Raises :class:`StoreError` when ``path`` is not an agent-replay store. ``read_only`` opens
+    an existing store for reading without changing anything in the file (no migration of an
+    older schema; every write raises :class:`StoreError`).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durable: bool = True, busy_timeout: float = 30.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        busy_timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self._durable = durable
         self._busy_timeout = busy_timeout
         self._local = threading.local()
@@ -212,14 +223,15 @@ class CheckpointStore:
             raise StoreError(f"{self.path}: store is closed")
         try:
             conn = sqlite3.connect(
-                self.path,
+                f"{self.path.absolute().as_uri()}?mode=ro" if self.read_only else self.path,
                 timeout=self._busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
+                uri=self.read_only,
             )
             conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
             conn.execute("PRAGMA foreign_keys=OFF")
-        except sqlite3.DatabaseError as exc:
+        except _SQLITE_FAILURES as exc:
             raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from exc
         self._local.conn = conn
         with self._lock:
@@ -257,10 +269,12 @@ class CheckpointStore:
         """Report SQLite failures as :class:`StoreError` naming the file and the action."""
         try:
             yield
-        except sqlite3.DatabaseError as exc:
+        except _SQLITE_FAILURES as exc:
             raise StoreError(f"{self.path}: cannot {action} ({exc})") from exc
 
     def _init_schema(self) -> None:
+        if self.read_only and not self.path.is_file():
+            raise StoreError(f"{self.path}: no such store")
         if self.path.exists() and self.path.stat().st_size > 0:
             with open(self.path, "rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":
@@ -276,6 +290,10 @@ class CheckpointStore:
             conn.execute("COMMIT")
             if state == (APPLICATION_ID, True, SCHEMA_VERSION):
                 return  # an existing store: nothing to create (and no write lock needed)
+            if self.read_only:
+                if state[:2] != (APPLICATION_ID, True):
+                    raise StoreError(f"{self.path}: not an agent-replay store (no sessions)")
+                return  # an older schema reads as it is: loading needs no newer table
             self._enable_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
             # again under the write lock: another process may have won
@@ -297,7 +315,7 @@ class CheckpointStore:
             )
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute("COMMIT")
-        except (sqlite3.DatabaseError, StoreError) as exc:
+        except (*_SQLITE_FAILURES, StoreError) as exc:
             with contextlib.suppress(sqlite3.Error):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
