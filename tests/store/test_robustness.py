@@ -8,11 +8,14 @@ import random
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent_replay import CheckpointStore, Trajectory
 from agent_replay.cli import main as cli
@@ -256,3 +259,27 @@ def test_a_closed_store_says_so(db_path):
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.session_ids()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), read_only=st.booleans())
+def test_any_damage_is_an_agent_replay_error_or_data(data, read_only):
+    """Bytes overwritten anywhere after the SQLite header, or the file cut short: opening,
+    listing and loading give verified data or an :class:`AgentReplayError`, never another
+    exception (SQLite's own messages about a damaged file can be undecodable text)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.sqlite"
+        _good_store(path)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        raw = bytearray(path.read_bytes())
+        for _ in range(data.draw(st.integers(1, 8))):
+            raw[data.draw(st.integers(16, len(raw) - 1))] = data.draw(st.integers(0, 255))
+        path.write_bytes(bytes(raw[: data.draw(st.integers(16, len(raw)))]))
+        try:
+            with CheckpointStore(path, read_only=read_only) as store:
+                for session_id in store.session_ids():
+                    store.load(session_id).verify()
+        except AgentReplayError:
+            pass
