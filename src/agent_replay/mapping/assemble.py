@@ -590,8 +590,8 @@ def capture_report(
     ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
     nothing answered) and ``unanswered_requested_by`` (each one's first requesting step, so
     that a later trace answering it can be linked without reading the steps), ``notes``
-    (sentences for people) and ``replayable`` (content everywhere
-    and nothing truncated); ``spans`` / ``log_records`` when the caller knows them.
+    (sentences for people) and ``replayable`` (content everywhere and nothing truncated);
+    ``spans`` / ``log_records`` when the caller knows them.
 
     ``before`` is the report of the steps that precede ``steps`` in the same chain: the result
     is then the report of the whole chain, computed from the new steps only (their indices
@@ -758,7 +758,8 @@ def _relink(drafts: list[StepDraft], requesters: Mapping[int, tuple[str | None, 
             continue
         if draft.kind is not StepKind.TOOL:
             continue
-        link = position.get(requesters.get(id(draft)))  # type: ignore[arg-type]
+        requester = requesters.get(id(draft))
+        link = None if requester is None else position.get(requester)
         if link is None or link >= i:
             link = first_request.get(str(draft.attributes.get("tool_call_id")))
         attributes = {k: v for k, v in draft.attributes.items() if k != "requested_by"}
