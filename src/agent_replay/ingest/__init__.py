@@ -3,9 +3,10 @@
 Formats (``format=``): ``otlp-json`` (OTLP/JSON traces or logs: one document, or JSON Lines as
 the Collector's file exporter writes), ``otlp-proto`` (one protobuf message or a length-prefixed
 stream), ``langfuse`` (trace exports), ``langsmith`` (runs: ``{post, patch}`` payloads, run
-trees), ``atif`` (Harbor's trajectory format), ``whowhen`` (the Who&When benchmark files) and
-``jsonl`` (agent-replay's step-record layout, see :mod:`.steps`). ``auto`` detects the format
-from the content. gzip-compressed input is decompressed first.
+trees), ``atif`` (Harbor's trajectory format), ``whowhen`` (the Who&When benchmark files),
+``jsonl`` (agent-replay's step-record layout, see :mod:`.steps`) and ``store`` (another
+agent-replay store's sessions). ``auto`` detects the format from the content. gzip-compressed
+input is decompressed first.
 
 Spans and log records of every OTLP source in one call are assembled *together* (a trace can
 be split across files, and event-only content capture puts the messages in a separate logs
@@ -14,9 +15,11 @@ capture report in ``metadata["capture"]``.
 
 Errors: :func:`load` raises :class:`~agent_replay.errors.ImportFormatError` (naming the source
 and the position) for the first source it cannot read. :func:`load_many` never raises for one
-bad source: it reads the others and returns the errors in :class:`ImportResult`, which is what
-``agent-replay import`` uses. Records skipped inside an otherwise readable source (a span with
-a malformed id, a bad line in a JSON Lines file) are listed in ``ImportResult.warnings``.
+bad source: it reads the others and returns the errors in :class:`ImportResult`; so does
+:func:`import_into`, which stores what it reads without keeping it in memory (what
+``agent-replay import`` runs). Records skipped inside an otherwise readable source (a span
+with a malformed id, a bad line in a JSON Lines file, a session of a store that does not
+verify) are listed in ``ImportResult.warnings``.
 The functions here hold no shared state and may run in several threads at once.
 """
 
@@ -506,9 +509,10 @@ def import_into(
     afterwards. Trajectories captured from OTel traces join what the store already holds of
     them: a conversation imported file by file is continued after its stored steps (only
     the stored session's end is read), spans of a stored trace join its stored steps, and a
-    trace stored under its trace id joins its conversation. Other trajectories (ATIF, step
-    records) replace a stored session of the same id, so importing the same file twice leaves
-    one copy.
+    trace stored under its trace id joins its conversation. So do the trajectories of
+    Langfuse and LangSmith exports (file by file) and the sessions of another store (one by
+    one). Trajectories without traces (ATIF, step records) replace a stored session of the
+    same id. Importing the same files twice leaves one copy.
     """
     result = ImportResult()
     sink = DurableSpanSink(store, source="import:otlp")
