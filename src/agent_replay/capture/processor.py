@@ -145,11 +145,12 @@ class TrajectorySpanProcessor(SpanProcessor):
     ``store`` is a :class:`CheckpointStore` or a path (opened here and closed on
     :meth:`shutdown`). ``trace_idle_seconds`` bounds how long a trace whose root never ends
     locally (a remote parent that never arrives) is buffered. Written traces are remembered so
-    that a late span re-assembles its whole trace, within ``remember_bytes`` of attribute text
-    (prompts and completions; the oldest are forgotten first, and a late span of a forgotten
-    trace is stored on its own and merged with the stored session). The hooks are called on the
-    application's threads and never raise; everything else happens on one worker thread,
-    which a process forked after construction gets a fresh copy of.
+    that a late span re-assembles its whole trace, within about ``remember_bytes`` of memory
+    (estimated from the spans' text and number of values; the oldest are forgotten first, and
+    a late span of a forgotten trace is stored on its own and merged with the stored session).
+    The hooks are called on the application's threads and never raise; everything else
+    happens on one worker thread, which a process forked after construction gets a fresh copy
+    of.
     """
 
     def __init__(

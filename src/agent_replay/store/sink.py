@@ -4,11 +4,11 @@
 (its local root span ended), idle for a while, or a flush is forced, assembles its
 trajectories and writes them in one transaction. Spans that arrive for a trace already written
 (late children, distributed traces) re-assemble that trace from every span seen, as long as
-the trace is remembered (the most recent ``remember_traces`` traces, within ``remember_bytes``
-of attribute text); a conversation spread over several traces is merged with what the store
-already holds, and spans of a trace the store holds go where the store's trace index says
-that trace went (:func:`rehome`, :func:`adopt`). Used by the span processor's worker thread;
-not thread-safe itself.
+the trace is remembered (the most recent ``remember_traces`` traces, within about
+``remember_bytes`` of memory); a conversation spread over several traces is merged with what
+the store already holds, and spans of a trace the store holds go where the store's trace index
+says that trace went (:func:`rehome`, :func:`adopt`). Used by the span processor's worker
+thread; not thread-safe itself.
 
 :class:`DurableSpanSink` does the same for the OTLP receiver, but buffers in the store's
 pending tables: :meth:`~DurableSpanSink.add` returns only once the spans are committed to disk,
@@ -65,7 +65,7 @@ class SpanSink:
         self.idle_seconds = idle_seconds
         self.remember_traces = remember_traces
         self.remember_bytes = remember_bytes
-        self.remembered_bytes = 0  # attribute text of the remembered written traces
+        self.remembered_bytes = 0  # estimated memory of the remembered written traces
         self._pending: dict[str, dict[str, NormalizedSpan]] = {}
         self._complete: set[str] = set()
         self._touched: dict[str, float] = {}
@@ -114,7 +114,7 @@ class SpanSink:
             self._complete.discard(trace_id)
             self._touched.pop(trace_id, None)
             spans.extend(trace.values())
-            size = sum(map(_text_size, trace.values()))
+            size = sum(map(_memory_size, trace.values()))
             self._done[trace_id] = (trace, size)
             self.remembered_bytes += size
             while self._done and (
@@ -156,24 +156,30 @@ def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[T
     return list(out.values())
 
 
-def _text_size(span: NormalizedSpan) -> int:
-    """About how much memory a span's content takes: the length of the text in its attributes
-    (prompts and completions), its events' and its log records' (bodies too) included."""
-    size = _text(span.attributes)
+# What a normalised span holds in memory, measured with tracemalloc on spans of several
+# shapes (tests/store/test_memory_estimate.py checks the estimate against it): about 640 bytes
+# of its own, 128 per attribute value (the key and value objects and the dict slot), 200 per
+# event or log record, plus the length of its text.
+_SPAN_BYTES, _VALUE_BYTES, _EVENT_BYTES = 640, 128, 200
+
+
+def _memory_size(span: NormalizedSpan) -> int:
+    """About how many bytes of memory ``span`` takes (see the constants above)."""
+    size = _SPAN_BYTES + _size(span.attributes)
     for event in span.events:
-        size += _text(event.attributes)
+        size += _EVENT_BYTES + _size(event.attributes)
     for log in span.logs:
-        size += _text(log.attributes) + _text(log.body)
+        size += _EVENT_BYTES + _size(log.attributes) + _size(log.body)
     return size
 
 
-def _text(value: object) -> int:
+def _size(value: object) -> int:
     if type(value) is str:
         return len(value)
     if isinstance(value, Mapping):
-        return sum(_text(v) for v in value.values())
+        return sum(_VALUE_BYTES + _size(v) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return sum(_text(v) for v in value)
+        return sum(_VALUE_BYTES + _size(v) for v in value)
     return 0
 
 
