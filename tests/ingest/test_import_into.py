@@ -142,12 +142,16 @@ def test_a_store_is_read_without_changing_it_and_never_into_itself(tmp_path, db_
     assert source.read_bytes() == before  # not migrated, not touched
 
 
-def test_a_sqlite_file_that_is_not_a_store_is_refused(tmp_path, db_path):
-    other = tmp_path / "other.sqlite"
-    conn = sqlite3.connect(other)
-    conn.execute("CREATE TABLE t (x)")
+def _sql(path, statement):
+    conn = sqlite3.connect(path)
+    conn.execute(statement)
     conn.commit()
     conn.close()
+
+
+def test_a_sqlite_file_that_is_not_a_store_is_refused(tmp_path, db_path):
+    other = tmp_path / "other.sqlite"
+    _sql(other, "CREATE TABLE t (x)")
     with CheckpointStore(db_path) as store:
         result = import_into(store, [other])
     assert "not an agent-replay store" in str(result.errors[0])
@@ -157,10 +161,7 @@ def test_a_store_whose_sessions_cannot_be_listed_is_reported(tmp_path, db_path):
     source = tmp_path / "broken.sqlite"
     with CheckpointStore(source) as other:
         other.save(Trajectory("s", chain_steps([_draft(0)])))
-    conn = sqlite3.connect(source)
-    conn.execute("ALTER TABLE sessions RENAME COLUMN session_id TO gone")
-    conn.commit()
-    conn.close()
+    _sql(source, "ALTER TABLE sessions RENAME COLUMN session_id TO gone")
     with CheckpointStore(db_path) as store:
         result = import_into(store, [source])
         assert store.session_ids() == []
