@@ -196,6 +196,7 @@ def time_worker(spans: list[ReadableSpan], directory: Path) -> tuple[float, floa
     from agent_replay.mapping.assemble import assemble
     from agent_replay.mapping.spans import from_readable_span
     from agent_replay.store import CheckpointStore
+    from agent_replay.store.sink import rehome, save_merged
 
     spans = finished_spans(len(spans))  # new trace ids
     with CheckpointStore(directory / f"w{time.perf_counter_ns()}.sqlite") as store:
@@ -204,7 +205,9 @@ def time_worker(spans: list[ReadableSpan], directory: Path) -> tuple[float, floa
         mapped = time.perf_counter()
         trajectories = assemble(normalized)
         assembled = time.perf_counter()
-        store.save_many(trajectories)
+        # what the sink does with them: the trace index asked, merged with the store, saved
+        covered = {(s.trace_id, s.span_id) for s in normalized}
+        save_merged(store, rehome(store, trajectories), store.save_many, covered)
         saved = time.perf_counter()
     n = len(spans)
     return (mapped - start) / n, (assembled - mapped) / n, (saved - assembled) / n
