@@ -4,7 +4,8 @@ The same files (``--files`` Collector-style JSON Lines files of ``--traces`` age
 made with the real OpenTelemetry SDK as ``ingest.py`` makes them) are imported by:
 
 * ``import_into`` (what ``agent-replay import`` does): each file's spans are staged in the
-  store's pending tables as it is read, then assembled trace by trace;
+  store's pending tables as it is read (a large JSON Lines file block by block), then
+  assembled trace by trace;
 * ``load_many`` + ``save_many``: every file read and assembled in memory, then stored (how
   ``agent-replay import`` worked before staging).
 
@@ -12,7 +13,7 @@ Each runs in a fresh process, so its peak resident memory (``VmHWM`` of ``/proc/
 Linux's ``ru_maxrss`` of a child started from a large parent reports the parent's size) is its
 own.
 
-    python benchmarks/import_memory.py [--files 8] [--traces 500]
+    python benchmarks/import_memory.py [--files 8] [--traces 500] [--single]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def write_files(directory: Path, files: int, traces: int) -> list[Path]:
+def write_files(directory: Path, files: int, traces: int, single: bool = False) -> list[Path]:
     sys.path.insert(0, str(HERE))
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
@@ -42,6 +43,13 @@ def write_files(directory: Path, files: int, traces: int) -> list[Path]:
         part = spans[n * per_file : (n + 1) * per_file if n < files - 1 else len(spans)]
         path.write_text("".join(to_json_line(encode_spans(b)) + "\n" for b in batches(part, 512)))
         paths.append(path)
+    if single:  # one file holding them all, as a Collector without rotation writes it
+        whole = directory / "traces.jsonl"
+        with whole.open("wb") as out:
+            for path in paths:
+                out.write(path.read_bytes())
+                path.unlink()
+        return [whole]
     return paths
 
 
@@ -79,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--traces", type=int, default=500, help="agent runs per file")
+    parser.add_argument("--single", action="store_true", help="all the runs in one file")
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # way, db: the child
     parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -87,11 +96,11 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        paths = write_files(directory, args.files, args.traces)
+        paths = write_files(directory, args.files, args.traces, args.single)
         size = sum(p.stat().st_size for p in paths) / 2**20
         print(
-            f"{len(paths)} OTLP/JSON files, {args.traces} agent runs each, "
-            f"{size:.1f} MiB in all; each way in a fresh process"
+            f"{len(paths)} OTLP/JSON file(s), {args.files * args.traces // len(paths)} agent runs "
+            f"each, {size:.1f} MiB in all; each way in a fresh process"
         )
         print(f"{'':28}{'seconds':>9}{'peak MiB':>10}{'stored':>8}")
         for way, label in (("staged", "import_into (staged)"), ("memory", "load_many + save_many")):

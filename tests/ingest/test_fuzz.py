@@ -242,3 +242,55 @@ def test_a_damaged_store_file_is_reported_and_the_other_files_land(data):
                 target.load(session_id)  # whatever landed verifies
     assert result.sources[1].ok
     assert all("internal error" not in str(e) for e in result.errors)
+
+
+LINES = [
+    json.dumps(json.loads(line))
+    for line in (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().splitlines()
+    if line.strip()
+]
+
+
+@FUZZ
+@given(
+    lines=st.lists(
+        st.sampled_from(LINES)
+        | st.sampled_from(
+            [
+                '{"resourceSpans": [',
+                "not json",
+                "",
+                "   ",
+                '{"a": 1}',
+                "[1,",
+                '{"resourceLogs": []}',
+                '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "x"}]}]}]}',
+            ]
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    block=st.integers(1, 4000),
+)
+def test_a_file_read_in_blocks_reads_as_read_whole(lines, block):
+    """Any JSON Lines file whose first line is an OTLP request: read block by block (any block
+    size) it gives the same spans, skipped lines (with their line numbers) and errors."""
+    import agent_replay.ingest as ingest
+
+    lines = [LINES[0], *lines]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        results = []
+        for size in (1 << 30, block):
+            saved = ingest.BLOCK_BYTES
+            ingest.BLOCK_BYTES = size
+            try:
+                results.append(load_many([path]))
+            finally:
+                ingest.BLOCK_BYTES = saved
+    whole, blocks = results
+    assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors]
+    assert blocks.warnings == whole.warnings
+    assert blocks.spans == whole.spans
+    assert [t.digest for t in blocks.trajectories] == [t.digest for t in whole.trajectories]

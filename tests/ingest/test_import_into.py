@@ -166,3 +166,35 @@ def test_a_store_whose_sessions_cannot_be_listed_is_reported(tmp_path, db_path):
         result = import_into(store, [source])
         assert store.session_ids() == []
     assert "cannot list its sessions" in str(result.errors[0])
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_large_json_lines_file_is_read_in_blocks_with_the_same_result(
+    tmp_path, db_path, monkeypatch, compressed
+):
+    """A file larger than a block is read block by block (memory is then bounded by a block,
+    not the file); what is stored, and the line numbers of skipped lines, are the same as
+    reading it whole."""
+    import gzip
+
+    import agent_replay.ingest as ingest
+
+    lines = [json.dumps(otlp_document(spans)) for spans in TURNS] * 3
+    lines[8] = '{"resourceSpans": [broken'
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / ("turns.jsonl.gz" if compressed else "turns.jsonl")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+
+    def imported(block_bytes):
+        monkeypatch.setattr(ingest, "BLOCK_BYTES", block_bytes)
+        target = db_path.with_name(f"{block_bytes}.sqlite")
+        with CheckpointStore(target) as store:
+            result = import_into(store, [path])
+            return result, {sid: store.load(sid).steps for sid in store.session_ids()}
+
+    whole, stored_whole = imported(1 << 30)
+    blocks, stored_blocks = imported(600)  # a block holds one or two lines
+    assert len(list(ingest._json_lines_blocks(path, "auto"))) > len(TURNS)
+    assert stored_blocks == stored_whole and list(stored_whole) == [CONV]
+    assert blocks.warnings == whole.warnings and "line 9" in whole.warnings[0]
+    assert blocks.sources[0].spans == whole.sources[0].spans == sum(map(len, TURNS)) * 3 - 2

@@ -243,3 +243,17 @@ def test_attributes_dropped_at_the_sdk_limit_are_reported():
     assert report["truncated_steps"] == [0] and report["replayable"] is False
     assert traj.steps[0].attributes["dropped_attributes"] == 7
     assert any("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in note for note in report["notes"])
+
+
+def test_a_line_cut_short_does_not_swallow_the_next_line(tmp_path):
+    """A Collector killed mid-write leaves a line cut short; the next line is a request of its
+    own, not the continuation of the cut one (JSON allows newlines inside a document)."""
+    request = json.dumps(to_otlp_json(encode_spans(sdk_spans())))
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([request, request[:40], request]) + "\n")
+    result = load_many([path])
+    assert result.warnings == [
+        f"{path}: skipped line 2 column 34: not valid JSON (Unterminated string starting at)"
+    ]
+    assert len(result.spans) == len(sdk_spans())  # both whole lines read (the same spans)
+    assert result.sources[0].spans == 2 * len(sdk_spans())

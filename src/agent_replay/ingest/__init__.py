@@ -25,6 +25,7 @@ The functions here hold no shared state and may run in several threads at once.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import os
@@ -44,7 +45,7 @@ from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
 from .langsmith import is_langsmith, read_langsmith
-from .otlp import parse_json_bytes, read_otlp_json, read_otlp_proto
+from .otlp import Decoded, parse_json_bytes, read_otlp_json, read_otlp_proto
 from .steps import is_step_record, read_jsonl_records
 from .whowhen import is_whowhen, read_whowhen
 
@@ -331,7 +332,7 @@ def _sessions(parsed: Parsed, report: SourceReport) -> Iterator[Trajectory]:
             try:
                 trajectory = store.load(session_id)
             except AgentReplayError as exc:
-                parsed.rejected.append(f"session {session_id!r}: {exc}")
+                report.rejected.append(f"session {session_id!r}: {exc}")
                 continue
             report.trajectories += 1
             yield trajectory
@@ -347,7 +348,7 @@ def read_source(source: Source, format: str = "auto") -> Parsed:
         return _open_store(source, name)  # type: ignore[arg-type]
     if format == "store":
         raise ImportFormatError("not an agent-replay store (SQLite file expected)", source=name)
-    try:
+    with _reading(name):
         data = _read(source, name)
         if isinstance(data, bytes):
             data = _decompress(data, name)
@@ -360,6 +361,13 @@ def read_source(source: Source, format: str = "auto") -> Parsed:
                 )
             fmt, docs = format, None
         return _parse(fmt, data, docs, name)
+
+
+@contextlib.contextmanager
+def _reading(name: str) -> Iterator[None]:
+    """Any failure while reading source ``name`` as an :class:`ImportFormatError`."""
+    try:
+        yield
     except ImportFormatError:
         raise
     except RecursionError:
@@ -372,6 +380,76 @@ def read_source(source: Source, format: str = "auto") -> Parsed:
             f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
             source=name,
         ) from exc
+
+
+#: a larger OTLP/JSON Lines file is read this many bytes (of whole lines) at a time
+BLOCK_BYTES = 8 << 20
+
+
+def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
+    """What one source holds: one :class:`Parsed`, or one per block of lines of an OTLP/JSON
+    Lines file larger than :data:`BLOCK_BYTES` (plain or gzip), so that a file larger than
+    memory can be imported. Raises :class:`ImportFormatError` (after the blocks it could read,
+    for a file none of whose lines is readable)."""
+    blocks = _json_lines_blocks(source, format)
+    if blocks is None:
+        yield read_source(source, format)
+        return
+    name = _name(source)
+    summary = Decoded()  # the whole file's first error and rejection, and whether it read any
+    with _reading(name):
+        try:
+            for first_line, block in blocks:
+                decoded = read_otlp_json(block, name, first_line=first_line, json_lines=True)
+                summary.error = summary.error or decoded.error
+                summary.rejected = summary.rejected or decoded.rejected[:1]
+                summary.spans = summary.spans or decoded.spans[:1]
+                summary.logs = summary.logs or decoded.logs[:1]
+                yield Parsed(
+                    format="otlp-json",
+                    source=name,
+                    spans=decoded.spans,
+                    logs=decoded.logs,
+                    rejected=decoded.rejected,
+                )
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise ImportFormatError(f"corrupt gzip data ({exc})", source=name) from None
+    error = summary.unreadable(name)
+    if error is not None:
+        raise error
+
+
+def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes]] | None:
+    """``(first line number, bytes)`` of each block of whole lines of a large OTLP/JSON Lines
+    file, read one at a time; ``None`` for any other source (it is read whole)."""
+    if format not in ("auto", "otlp-json") or not isinstance(source, (str, os.PathLike)):
+        return None
+    try:
+        size = os.path.getsize(source)
+        with open(source, "rb") as handle:
+            compressed = handle.read(2) == _GZIP
+        # gzip'd JSON shrinks about tenfold or more
+        if size <= (BLOCK_BYTES // 16 if compressed else BLOCK_BYTES):
+            return None
+        opener: Callable[..., Any] = gzip.open if compressed else open
+        with opener(source, "rb") as handle:
+            first = handle.readline().strip()  # one export request: a few MB at most
+    except (OSError, EOFError, zlib.error):
+        return None  # read whole, which reports what is wrong
+    # JSON Lines of OTLP requests: the first line is an object of its own naming its signal
+    # (a document spread over lines is read whole)
+    if not (first[:1] == b"{" and first[-1:] == b"}" and any(k in first for k in _OTLP_KEYS)):
+        return None
+    return _blocks(source, opener)
+
+
+def _blocks(source: str | os.PathLike, opener: Callable[..., Any]) -> Iterator[tuple[int, bytes]]:
+    line = 1
+    with opener(source, "rb") as handle:
+        while block := handle.read(BLOCK_BYTES):
+            block += handle.readline()  # to the end of its last line
+            yield line, block
+            line += block.count(b"\n")
 
 
 # -- public API ------------------------------------------------------------------------------
@@ -395,20 +473,21 @@ def _read_each(
 ) -> Iterator[tuple[SourceReport, Parsed]]:
     """Each readable source's report and what it held, one source at a time. Every report
     goes to ``result.sources`` (a source that cannot be read carries its error) and then to
-    ``on_source``, once the caller is done with the source."""
+    ``on_source``, once the caller is done with the source. A large OTLP/JSON Lines file comes
+    in several parts (:func:`_parse_source`), each with the same report."""
     for source in sources:
         report = SourceReport(source=_name(source))
         try:
-            parsed = read_source(source, format)
+            for parsed in _parse_source(source, format):  # blocks of a large file, one by one
+                report.format = parsed.format
+                report.spans += len(parsed.spans)
+                report.logs += len(parsed.logs)
+                report.trajectories += len(parsed.trajectories)
+                report.rejected.extend(parsed.rejected)
+                yield report, parsed
         except ImportFormatError as exc:
             report.error = exc
-        else:
-            report.format = parsed.format
-            report.spans, report.logs = len(parsed.spans), len(parsed.logs)
-            report.trajectories = len(parsed.trajectories)
-            report.rejected = parsed.rejected
-            yield report, parsed
-            result.warnings.extend(f"{report.source}: skipped {r}" for r in parsed.rejected)
+        result.warnings.extend(f"{report.source}: skipped {r}" for r in report.rejected)
         result.sources.append(report)
         if on_source is not None:
             on_source(report)

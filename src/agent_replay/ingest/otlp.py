@@ -92,6 +92,20 @@ class Decoded:
     spans: list[NormalizedSpan] = field(default_factory=list)
     logs: list[LogEvent] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    error: ImportFormatError | None = None  # the first document that could not be read
+
+    def unreadable(self, source: str) -> ImportFormatError | None:
+        """Why nothing could be read, when nothing was: the first document's error, or the
+        first rejected record."""
+        if self.spans or self.logs:
+            return None
+        if self.error is not None:
+            return self.error
+        if self.rejected:
+            return ImportFormatError(
+                f"no readable span or log record ({self.rejected[0]})", source=source
+            )
+        return None
 
     def extend(self, other: Decoded, position: str = "") -> None:
         """Add ``other``'s records; its rejections are prefixed with ``position``."""
@@ -538,13 +552,18 @@ _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
+def parse_json_bytes(
+    data: bytes | str, source: str, *, first_line: int = 1, json_lines: bool = False
+) -> list[tuple[str, Any]]:
     """``[(position, document)]``: one whole JSON document (position ``""``), or one per line
     (JSON Lines, position ``"line N"``), decoded in a single pass.
 
-    Raises :class:`ImportFormatError` when the data is not JSON at all; in JSON Lines, a line
-    that is not JSON is returned as ``(position, ImportFormatError)`` so the caller can keep
-    the others.
+    Raises :class:`ImportFormatError` when the data is not JSON at all. JSON Lines (the first
+    document ends on its line, or ``json_lines`` says so: a block of such a file, starting at
+    line ``first_line`` of it) hold one document per line: a line that is not one (cut short,
+    or continued on the next line) is returned as ``(position, ImportFormatError)`` so the
+    caller can keep the others, and reading goes on at the next line. Documents spread over
+    several lines (pretty-printed) are read one after the other.
     """
     if isinstance(data, bytes):
         try:
@@ -558,54 +577,91 @@ def parse_json_bytes(data: bytes | str, source: str) -> list[tuple[str, Any]]:
     else:
         text = data
     docs: list[tuple[str, Any]] = []
+    lines = json_lines
     size = len(text)
     index = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
-    line = 1 + text.count("\n", 0, index)
+    line = first_line + text.count("\n", 0, index)
     while index < size:
+        eol = text.find("\n", index)  # the end of the line this document starts on
+        error: ImportFormatError | None = None
         try:
             # raw_decode stops after one document: no second pass for JSON Lines
             document, end = _DECODER.raw_decode(text, index)
         except json.JSONDecodeError as exc:
+            on_its_line = eol == -1 or exc.pos < eol
             error = ImportFormatError(
                 f"not valid JSON ({exc.msg})",
                 source=source,
-                position=f"line {exc.lineno} column {exc.colno}",
+                position=f"line {exc.lineno + first_line - 1} column {exc.colno}",
             )
-            end = text.find("\n", exc.pos)
-            # the first document is broken and is the whole file, or spans several lines
-            # (pretty-printed): the file is not JSON Lines, so it fails as a whole
-            if not docs and (exc.lineno != line or end == -1 or not text[end:].strip()):
+            if not docs and not lines and (not on_its_line or not text[eol:].strip()):
+                # the first document is broken and is the whole file, or spans several
+                # lines (pretty-printed): the file is not JSON Lines, so it fails as a whole
                 raise error from None
-            docs.append((f"line {line}", error))
+            lines = lines or not docs
+            if lines and not on_its_line:
+                error = _line_error(text, index, eol, line, source)
+            end = eol if lines else text.find("\n", exc.pos)
         except RecursionError:
             error = ImportFormatError(
                 "JSON nested too deeply", source=source, position=f"line {line}"
             )
-            end = text.find("\n", index)
-            if not docs and (end == -1 or not text[end:].strip()):
+            if not docs and not lines and (eol == -1 or not text[eol:].strip()):
                 raise error from None
-            docs.append((f"line {line}", error))
+            end = eol
         else:
-            docs.append((f"line {line}", document))
+            if not docs and not lines:
+                lines = eol == -1 or end <= eol
+            elif lines and eol != -1 and end > eol:  # a line that the next one completes
+                error = _line_error(text, index, eol, line, source)
+                end = eol
+        docs.append((f"line {line}", document if error is None else error))
         if end == -1:
             break
         next_index = _SPACE.match(text, end).end()  # type: ignore[union-attr]
         line += text.count("\n", index, next_index)
         index = next_index
-    if len(docs) == 1 and not isinstance(docs[0][1], ImportFormatError):
+    if len(docs) == 1 and not isinstance(docs[0][1], ImportFormatError) and not json_lines:
         return [("", docs[0][1])]
     return docs
 
 
-def read_otlp_json(data: Any, source: str, docs: list[tuple[str, Any]] | None = None) -> Decoded:
+def _line_error(text: str, index: int, eol: int, line: int, source: str) -> ImportFormatError:
+    """What is wrong with line ``line`` of JSON Lines, ``text[index:eol]``, which holds no whole
+    document (it is cut short: the document it starts goes on past its end)."""
+    try:
+        _DECODER.raw_decode(text[index:eol])
+        message, column = "the document goes on past the end of its line", ""
+    except json.JSONDecodeError as exc:
+        message, column = exc.msg, f" column {exc.colno}"
+    except RecursionError:
+        message, column = "nested too deeply", ""
+    return ImportFormatError(
+        f"not valid JSON ({message})", source=source, position=f"line {line}{column}"
+    )
+
+
+def read_otlp_json(
+    data: Any,
+    source: str,
+    docs: list[tuple[str, Any]] | None = None,
+    *,
+    first_line: int = 1,
+    json_lines: bool = False,
+) -> Decoded:
     """Every span and log record of an OTLP/JSON file's bytes (or its parsed document, or the
-    ``docs`` :func:`parse_json_bytes` already returned).
+    ``docs`` :func:`parse_json_bytes` already returned; ``first_line`` and ``json_lines`` as
+    there).
 
     Raises :class:`ImportFormatError` when the file is not OTLP/JSON, or when no line of a
     JSON Lines file could be read; bad lines and records otherwise become ``rejected``.
     """
     if docs is None:
-        docs = parse_json_bytes(data, source) if isinstance(data, (bytes, str)) else [("", data)]
+        docs = (
+            parse_json_bytes(data, source, first_line=first_line, json_lines=json_lines)
+            if isinstance(data, (bytes, str))
+            else [("", data)]
+        )
     out = Decoded()
     first_error: ImportFormatError | None = None
     for position, doc in docs:
@@ -617,26 +673,24 @@ def read_otlp_json(data: Any, source: str, docs: list[tuple[str, Any]] | None = 
             decoded = decode_json_document(doc)
         except Malformed as exc:
             located = exc.located(source, position)
-            if len(docs) == 1:
+            if len(docs) == 1 and not json_lines:
                 raise located from None
             first_error = first_error or located
             out.rejected.append(f"{located.position}: {exc.message}")
             continue
         except RecursionError:
             error = ImportFormatError("nested too deeply", source=source, position=position)
-            if len(docs) == 1:
+            if len(docs) == 1 and not json_lines:
                 raise error from None
             first_error = first_error or error
             out.rejected.append(f"{position}: nested too deeply")
             continue
         out.extend(decoded, position)
-    if not out.spans and not out.logs:
-        if first_error is not None:
-            raise first_error
-        if out.rejected:
-            raise ImportFormatError(
-                f"no readable span or log record ({out.rejected[0]})", source=source
-            )
+    out.error = first_error
+    # a block of JSON Lines may hold no readable line: its caller judges the whole file
+    error = None if json_lines else out.unreadable(source)
+    if error is not None:
+        raise error
     return out
 
 
