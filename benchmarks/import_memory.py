@@ -13,7 +13,7 @@ Each runs in a fresh process, so its peak resident memory (``VmHWM`` of ``/proc/
 Linux's ``ru_maxrss`` of a child started from a large parent reports the parent's size) is its
 own.
 
-    python benchmarks/import_memory.py [--files 8] [--traces 500] [--single]
+    python benchmarks/import_memory.py [--files 8] [--traces 500] [--single] [--proto]
 """
 
 from __future__ import annotations
@@ -29,22 +29,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def write_files(directory: Path, files: int, traces: int, single: bool = False) -> list[Path]:
+def write_files(
+    directory: Path, files: int, traces: int, single: bool = False, proto: bool = False
+) -> list[Path]:
+    """Collector file-exporter files: JSON Lines, or length-prefixed protobuf (``proto``)."""
     sys.path.insert(0, str(HERE))
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from ingest import batches, record_runs, to_json_line
 
+    def encoded(batch) -> bytes:
+        if proto:
+            message = encode_spans(batch).SerializeToString()
+            return len(message).to_bytes(4, "big") + message
+        return (to_json_line(encode_spans(batch)) + "\n").encode()
+
+    suffix = ".binpb" if proto else ".jsonl"
     spans = record_runs(files * traces, 4)
     per_file = len(spans) // files
     paths = []
     for n in range(files):
-        path = directory / f"traces-{n:03d}.jsonl"
+        path = directory / f"traces-{n:03d}{suffix}"
         part = spans[n * per_file : (n + 1) * per_file if n < files - 1 else len(spans)]
-        path.write_text("".join(to_json_line(encode_spans(b)) + "\n" for b in batches(part, 512)))
+        path.write_bytes(b"".join(encoded(b) for b in batches(part, 512)))
         paths.append(path)
     if single:  # one file holding them all, as a Collector without rotation writes it
-        whole = directory / "traces.jsonl"
+        whole = directory / f"traces{suffix}"
         with whole.open("wb") as out:
             for path in paths:
                 out.write(path.read_bytes())
@@ -88,6 +98,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--traces", type=int, default=500, help="agent runs per file")
     parser.add_argument("--single", action="store_true", help="all the runs in one file")
+    parser.add_argument("--proto", action="store_true", help="protobuf files, not OTLP/JSON")
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # way, db: the child
     parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -96,10 +107,11 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        paths = write_files(directory, args.files, args.traces, args.single)
+        paths = write_files(directory, args.files, args.traces, args.single, args.proto)
         size = sum(p.stat().st_size for p in paths) / 2**20
         print(
-            f"{len(paths)} OTLP/JSON file(s), {args.files * args.traces // len(paths)} agent runs "
+            f"{len(paths)} {'OTLP protobuf' if args.proto else 'OTLP/JSON'} file(s), "
+            f"{args.files * args.traces // len(paths)} agent runs "
             f"each, {size:.1f} MiB in all; each way in a fresh process"
         )
         print(f"{'':28}{'seconds':>9}{'peak MiB':>10}{'stored':>8}")

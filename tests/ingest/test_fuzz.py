@@ -294,3 +294,55 @@ def test_a_file_read_in_blocks_reads_as_read_whole(lines, block):
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans
     assert [t.digest for t in blocks.trajectories] == [t.digest for t in whole.trajectories]
+
+
+def _request(n: int) -> bytes:
+    """An OTLP traces request of one GenAI span (its ids from ``n``)."""
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id = bytes([n + 1] * 16)
+    span.span_id = bytes([n + 1] * 8)
+    span.name = "chat"
+    span.start_time_unix_nano, span.end_time_unix_nano = n, n + 1
+    attr = span.attributes.add()
+    attr.key, attr.value.string_value = "gen_ai.operation.name", "chat"
+    return request.SerializeToString()
+
+
+@FUZZ
+@given(
+    messages=st.lists(
+        st.integers(0, 5).map(_request) | st.binary(min_size=1, max_size=40), max_size=10
+    ),
+    cut=st.integers(0, 60),
+    block=st.integers(1, 400),
+)
+def test_a_protobuf_stream_read_in_blocks_reads_as_read_whole(messages, cut, block):
+    """A length-prefixed protobuf stream (the Collector's file exporter, ``format: proto``)
+    that starts with a good message, then any messages, and maybe a last one cut short: read
+    block by block (any block size) it gives the same spans, rejections and errors as read
+    whole; a cut last message is rejected and the rest read."""
+    import agent_replay.ingest as ingest
+
+    data = b"".join(len(m).to_bytes(4, "big") + m for m in [_request(9), *messages])
+    if cut:
+        last = _request(8)
+        data += (len(last).to_bytes(4, "big") + last)[:cut]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.binpb"
+        path.write_bytes(data)
+        results = []
+        for size in (1 << 30, block):
+            saved = ingest.BLOCK_BYTES
+            ingest.BLOCK_BYTES = size
+            try:
+                results.append(load_many([path]))
+            finally:
+                ingest.BLOCK_BYTES = saved
+    whole, blocks = results
+    assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors] == []
+    assert blocks.warnings == whole.warnings
+    assert blocks.spans == whole.spans
+    assert (bytes([10] * 16).hex(), bytes([10] * 8).hex()) in whole.spans  # the first message
+    if cut:
+        assert "cut short" in whole.warnings[-1]

@@ -45,7 +45,14 @@ from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
 from .langsmith import is_langsmith, read_langsmith
-from .otlp import Decoded, parse_json_bytes, read_otlp_json, read_otlp_proto
+from .otlp import (
+    Decoded,
+    decode_messages,
+    length_prefixed,
+    parse_json_bytes,
+    read_otlp_json,
+    read_otlp_proto,
+)
 from .steps import is_step_record, read_jsonl_records
 from .whowhen import is_whowhen, read_whowhen
 
@@ -382,31 +389,44 @@ def _reading(name: str) -> Iterator[None]:
         ) from exc
 
 
-#: a larger OTLP/JSON Lines file is read this many bytes (of whole lines) at a time
+#: a larger OTLP file is read this many bytes (of whole lines or messages) at a time
 BLOCK_BYTES = 8 << 20
 
 
 def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
-    """What one source holds: one :class:`Parsed`, or one per block of lines of an OTLP/JSON
-    Lines file larger than :data:`BLOCK_BYTES` (plain or gzip), so that a file larger than
-    memory can be imported. Raises :class:`ImportFormatError` (after the blocks it could read,
-    for a file none of whose lines is readable)."""
-    blocks = _json_lines_blocks(source, format)
+    """What one source holds: one :class:`Parsed`, or one per block of an OTLP file larger
+    than :data:`BLOCK_BYTES` (JSON Lines, plain or gzip'd, by whole lines; protobuf streams by
+    whole messages), so that a file larger than memory can be imported. Raises
+    :class:`ImportFormatError` (after the blocks it could read, when nothing could be read)."""
+    name = _name(source)
+    blocks: Iterator[Any] | None = _json_lines_blocks(source, format)
+    if blocks is not None:
+        fmt = "otlp-json"
+
+        def decode(block: tuple[int, bytes]) -> Decoded:
+            return read_otlp_json(block[1], name, first_line=block[0], json_lines=True)
+
+    else:
+        blocks = _proto_blocks(source, format)
+        fmt = "otlp-proto"
+
+        def decode(block: list[tuple[int, int, bytes | None]]) -> Decoded:
+            return decode_messages(block, name)
+
     if blocks is None:
         yield read_source(source, format)
         return
-    name = _name(source)
     summary = Decoded()  # the whole file's first error and rejection, and whether it read any
     with _reading(name):
         try:
-            for first_line, block in blocks:
-                decoded = read_otlp_json(block, name, first_line=first_line, json_lines=True)
+            for block in blocks:
+                decoded = decode(block)
                 summary.error = summary.error or decoded.error
                 summary.rejected = summary.rejected or decoded.rejected[:1]
                 summary.spans = summary.spans or decoded.spans[:1]
                 summary.logs = summary.logs or decoded.logs[:1]
                 yield Parsed(
-                    format="otlp-json",
+                    format=fmt,
                     source=name,
                     spans=decoded.spans,
                     logs=decoded.logs,
@@ -441,6 +461,41 @@ def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes
     if not (first[:1] == b"{" and first[-1:] == b"}" and any(k in first for k in _OTLP_KEYS)):
         return None
     return _blocks(source, opener)
+
+
+def _proto_blocks(
+    source: Source, format: str
+) -> Iterator[list[tuple[int, int, bytes | None]]] | None:
+    """The messages of a large OTLP protobuf stream (the Collector's file exporter with
+    ``format: proto``), read a block of whole messages at a time; ``None`` for any other
+    source (it is read whole)."""
+    if format not in ("auto", "otlp-proto") or not isinstance(source, (str, os.PathLike)):
+        return None
+    try:
+        size = os.path.getsize(source)
+        with open(source, "rb") as handle:
+            first = handle.read(1)
+    except OSError:
+        return None
+    if size <= BLOCK_BYTES or first != b"\x00":  # a length prefix starts with a zero byte
+        return None
+    return _message_blocks(source, size)
+
+
+def _message_blocks(
+    source: str | os.PathLike, size: int
+) -> Iterator[list[tuple[int, int, bytes | None]]]:
+    with open(source, "rb") as handle:
+        block: list[tuple[int, int, bytes | None]] = []
+        held = 0
+        for message in length_prefixed(handle.read, size):
+            block.append(message)
+            held += len(message[2] or b"")
+            if held >= BLOCK_BYTES:
+                yield block
+                block, held = [], 0
+        if block:
+            yield block
 
 
 def _blocks(source: str | os.PathLike, opener: Callable[..., Any]) -> Iterator[tuple[int, bytes]]:

@@ -26,10 +26,11 @@ function is safe to call from any thread.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,13 +49,14 @@ __all__ = [
     "decode_json_document",
     "decode_json_logs",
     "decode_json_traces",
+    "decode_messages",
     "decode_proto_logs",
     "decode_proto_traces",
+    "length_prefixed",
     "parse_json_bytes",
     "read_otlp_json",
     "read_otlp_proto",
     "span_from_json",
-    "split_length_prefixed",
     "to_otlp_json",
 ]
 
@@ -818,22 +820,45 @@ def decode_proto_logs(message: Any, prefix: str = "") -> Decoded:
     return out
 
 
-def split_length_prefixed(data: bytes) -> list[tuple[int, bytes]] | None:
-    """``[(offset, message)]`` when ``data`` is exactly a chain of 4-byte big-endian
-    length-prefixed messages, else ``None``."""
-    messages = []
-    offset = 0
-    size = len(data)
+def length_prefixed(
+    read: Callable[[int], bytes], size: int
+) -> Iterator[tuple[int, int, bytes | None]]:
+    """``(number, offset, message)`` of each message of a stream of 4-byte big-endian
+    length-prefixed messages of ``size`` bytes, read with ``read``; a message the stream ends
+    inside (a file cut short) comes last, as ``None``."""
+    number = offset = 0
     while offset < size:
-        if offset + 4 > size:
-            return None
-        length = int.from_bytes(data[offset : offset + 4], "big")
-        start = offset + 4
-        if start + length > size:
-            return None
-        messages.append((offset, data[start : start + length]))
-        offset = start + length
-    return messages or None
+        prefix = read(4)
+        length = int.from_bytes(prefix, "big")
+        if len(prefix) < 4 or offset + 4 + length > size:
+            yield number, offset, None
+            return
+        yield number, offset, read(length)
+        number += 1
+        offset += 4 + length
+
+
+def decode_messages(
+    messages: Iterable[tuple[int, int, bytes | None]], source: str, *, located: bool = True
+) -> Decoded:
+    """The spans and log records of OTLP protobuf ``messages`` (:func:`length_prefixed`); one
+    that is not OTLP, or is cut short, is rejected (``located``: with its number and offset)."""
+    out = Decoded()
+    for number, offset, payload in messages:
+        position = f"message {number} at byte {offset}" if located else ""
+        if payload is None:
+            error = ImportFormatError(
+                "cut short (the file ends inside it)", source=source, position=position
+            )
+        else:
+            try:
+                out.extend(_decode_one_proto(payload, ""), position)
+                continue
+            except Malformed as exc:
+                error = exc.located(source, position)
+        out.error = out.error or error
+        out.rejected.append(f"{error.position}: {error.detail}")
+    return out
 
 
 def _decode_one_proto(payload: bytes, prefix: str) -> Decoded:
@@ -860,33 +885,23 @@ def _decode_one_proto(payload: bytes, prefix: str) -> Decoded:
 
 def read_otlp_proto(data: bytes, source: str) -> Decoded:
     """Every span and log record of an OTLP protobuf file: one message, or a stream of
-    length-prefixed messages (see the module docs). Raises :class:`ImportFormatError`."""
+    length-prefixed messages (see the module docs; a message cut short by the end of the file
+    is rejected, the others are read). Raises :class:`ImportFormatError` when nothing could
+    be read."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ImportFormatError("OTLP protobuf data must be bytes", source=source)
     data = bytes(data)
     if not data:
         return Decoded()
-    chunks: list[tuple[int, bytes]] | None = None
+    messages: list[tuple[int, int, bytes | None]] = [(0, 0, data)]
     if data[0] == 0:  # a length prefix; a message would start with field 1's tag, 0x0a
-        chunks = split_length_prefixed(data)
-    if chunks is None:
-        chunks = [(0, data)]
-    out = Decoded()
-    first_error: ImportFormatError | None = None
-    for number, (offset, payload) in enumerate(chunks):
-        position = f"message {number} at byte {offset}" if len(chunks) > 1 else ""
-        try:
-            decoded = _decode_one_proto(payload, "")
-        except Malformed as exc:
-            located = exc.located(source, position)
-            if len(chunks) == 1:
-                raise located from None
-            first_error = first_error or located
-            out.rejected.append(f"{located.position}: {exc.message}")
-            continue
-        out.extend(decoded, position)
-    if first_error is not None and not out.spans and not out.logs:
-        raise first_error
+        stream = list(length_prefixed(io.BytesIO(data).read, len(data)))
+        if stream[0][2] is not None:  # else the file is no stream (or one cut message)
+            messages = stream
+    out = decode_messages(messages, source, located=len(messages) > 1)
+    error = out.unreadable(source)
+    if error is not None:
+        raise error
     return out
 
 
