@@ -244,6 +244,24 @@ def test_a_damaged_store_file_is_reported_and_the_other_files_land(data):
     assert all("internal error" not in str(e) for e in result.errors)
 
 
+def _whole_and_in_blocks(data: bytes, block: int):
+    """``load_many`` of a file holding ``data``, read whole and read in blocks of ``block``."""
+    import agent_replay.ingest as ingest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data"
+        path.write_bytes(data)
+        results = []
+        for size in (1 << 30, block):
+            saved = ingest.BLOCK_BYTES
+            ingest.BLOCK_BYTES = size
+            try:
+                results.append(load_many([path]))
+            finally:
+                ingest.BLOCK_BYTES = saved
+    return results
+
+
 LINES = [
     json.dumps(json.loads(line))
     for line in (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().splitlines()
@@ -275,21 +293,8 @@ LINES = [
 def test_a_file_read_in_blocks_reads_as_read_whole(lines, block):
     """Any JSON Lines file whose first line is an OTLP request: read block by block (any block
     size) it gives the same spans, skipped lines (with their line numbers) and errors."""
-    import agent_replay.ingest as ingest
-
     lines = [LINES[0], *lines]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "t.jsonl"
-        path.write_text("\n".join(lines) + "\n")
-        results = []
-        for size in (1 << 30, block):
-            saved = ingest.BLOCK_BYTES
-            ingest.BLOCK_BYTES = size
-            try:
-                results.append(load_many([path]))
-            finally:
-                ingest.BLOCK_BYTES = saved
-    whole, blocks = results
+    whole, blocks = _whole_and_in_blocks(("\n".join(lines) + "\n").encode(), block)
     assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors]
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans
@@ -322,24 +327,11 @@ def test_a_protobuf_stream_read_in_blocks_reads_as_read_whole(messages, cut, blo
     that starts with a good message, then any messages, and maybe a last one cut short: read
     block by block (any block size) it gives the same spans, rejections and errors as read
     whole; a cut last message is rejected and the rest read."""
-    import agent_replay.ingest as ingest
-
     data = b"".join(len(m).to_bytes(4, "big") + m for m in [_request(9), *messages])
     if cut:
         last = _request(8)
         data += (len(last).to_bytes(4, "big") + last)[:cut]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "t.binpb"
-        path.write_bytes(data)
-        results = []
-        for size in (1 << 30, block):
-            saved = ingest.BLOCK_BYTES
-            ingest.BLOCK_BYTES = size
-            try:
-                results.append(load_many([path]))
-            finally:
-                ingest.BLOCK_BYTES = saved
-    whole, blocks = results
+    whole, blocks = _whole_and_in_blocks(data, block)
     assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors] == []
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans

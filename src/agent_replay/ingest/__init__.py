@@ -434,6 +434,8 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
                 )
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise ImportFormatError(f"corrupt gzip data ({exc})", source=name) from None
+        except OSError as exc:
+            raise ImportFormatError(f"cannot read: {exc.strerror or exc}", source=name) from None
     error = summary.unreadable(name)
     if error is not None:
         raise error
