@@ -79,9 +79,13 @@ def test_importing_a_backend_export_twice_keeps_one_copy(db_path, folder):
     assert once and twice == once
 
 
-def test_stores_of_load_balanced_receivers_are_joined(tmp_path, db_path):
+def test_stores_of_load_balanced_receivers_are_joined(tmp_path, db_path, monkeypatch):
     """Receivers behind a trace-id load balancer each hold some turns of a conversation:
-    importing their stores gives the conversation whole (and again changes nothing)."""
+    importing their stores gives the conversation whole (and again changes nothing). The
+    stores are larger than a block: not mistaken for OTLP files to read in blocks."""
+    import agent_replay.ingest as ingest
+
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 64)
     parts = {"a": TURNS[:3], "b": TURNS[3:]}
     for name, turns in parts.items():
         with CheckpointStore(tmp_path / f"{name}.sqlite") as receiver:

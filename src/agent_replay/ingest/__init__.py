@@ -391,6 +391,7 @@ def _reading(name: str) -> Iterator[None]:
 
 #: a larger OTLP file is read this many bytes (of whole lines or messages) at a time
 BLOCK_BYTES = 8 << 20
+_FIRST_LINE_BYTES = 256 << 20  # a first line longer than this: the file is read whole
 
 
 def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
@@ -455,12 +456,16 @@ def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes
             return None
         opener: Callable[..., Any] = gzip.open if compressed else open
         with opener(source, "rb") as handle:
-            first = handle.readline().strip()  # one export request: a few MB at most
+            head = handle.read(4096).lstrip()
+            if head[:1] != b"{" or not any(k in head.split(b"\n", 1)[0] for k in _OTLP_KEYS):
+                return None  # not OTLP/JSON Lines (a binary file has no line to read)
+            first = head + handle.readline(_FIRST_LINE_BYTES)  # one export request
     except (OSError, EOFError, zlib.error):
         return None  # read whole, which reports what is wrong
     # JSON Lines of OTLP requests: the first line is an object of its own naming its signal
     # (a document spread over lines is read whole)
-    if not (first[:1] == b"{" and first[-1:] == b"}" and any(k in first for k in _OTLP_KEYS)):
+    first = first.split(b"\n", 1)[0].strip()
+    if first[-1:] != b"}":
         return None
     return _blocks(source, opener)
 
