@@ -49,7 +49,11 @@ _log = logging.getLogger(__name__)
 
 
 class SpanSink:
-    """Buffers spans by trace and writes assembled trajectories to ``store``."""
+    """Buffers spans by trace and writes assembled trajectories to ``store``. A write that
+    fails (the store locked past its timeout, a full disk) raises, and its traces are written
+    again by the next flush, up to ``MAX_ATTEMPTS`` times."""
+
+    MAX_ATTEMPTS = 3
 
     def __init__(
         self,
@@ -73,6 +77,8 @@ class SpanSink:
         self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
+        self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
+        self._failures: dict[str, int] = {}
 
     @property
     def pending_spans(self) -> int:
@@ -109,8 +115,9 @@ class SpanSink:
         if not ready:
             return 0
         spans = []
+        taken = {}
         for trace_id in ready:
-            trace = self._pending.pop(trace_id)
+            trace = taken[trace_id] = self._pending.pop(trace_id)
             self._complete.discard(trace_id)
             self._touched.pop(trace_id, None)
             spans.extend(trace.values())
@@ -122,12 +129,40 @@ class SpanSink:
                 or self.remembered_bytes > self.remember_bytes
             ):
                 self.remembered_bytes -= self._done.popitem(last=False)[1][1]
-        trajectories = rehome(self.store, assemble(spans, source=self.source))
-        if trajectories:
-            covered = {(s.trace_id, s.span_id) for s in spans}
-            save_merged(self.store, trajectories, self.store.save_many, covered)
+        try:
+            trajectories = rehome(self.store, assemble(spans, source=self.source))
+            if trajectories:
+                covered = {(s.trace_id, s.span_id) for s in spans}
+                save_merged(self.store, trajectories, self.store.save_many, covered)
+        except Exception:
+            self._put_back(taken)
+            raise
+        for trace_id in taken:
+            self._failures.pop(trace_id, None)
         self.sessions_written += len(trajectories)
         return len(trajectories)
+
+    def _put_back(self, traces: dict[str, dict[str, NormalizedSpan]]) -> None:
+        """Traces whose write failed (a locked or full disk) wait for the next flush, up to
+        ``MAX_ATTEMPTS`` writes each; then they are dropped, and logged."""
+        for trace_id, trace in traces.items():
+            done = self._done.pop(trace_id, None)
+            if done is not None:
+                self.remembered_bytes -= done[1]
+            failures = self._failures[trace_id] = self._failures.get(trace_id, 0) + 1
+            if failures >= self.MAX_ATTEMPTS:
+                del self._failures[trace_id]
+                self.dropped_traces += 1
+                _log.error(
+                    "agent-replay: dropping trace %s (%d spans) after %d failed writes",
+                    trace_id,
+                    len(trace),
+                    failures,
+                )
+                continue
+            trace.update(self._pending.get(trace_id, {}))
+            self._pending[trace_id] = trace
+            self._complete.add(trace_id)
 
 
 def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[Trajectory]:
