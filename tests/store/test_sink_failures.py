@@ -1,11 +1,13 @@
-"""A write of the in-memory span sink that fails (the store locked past its timeout, a full
-disk) loses nothing: its traces are written by the next flush, a bounded number of times."""
+"""Failures while storing spans lose nothing and hold up nothing else: a write of the
+in-memory span sink that fails (the store locked past its timeout, a full disk) is written by
+the next flush, a bounded number of times; a trace the durable sink cannot assemble is left
+waiting without stopping the others."""
 
 import pytest
 
 from agent_replay import CheckpointStore
 from agent_replay.errors import StoreError
-from agent_replay.store.sink import SpanSink
+from agent_replay.store.sink import DurableSpanSink, SpanSink
 from conversation_turns import CONV, TURNS
 
 
@@ -50,3 +52,41 @@ def test_a_trace_that_never_writes_is_dropped_after_a_few_attempts(db_path, monk
                 sink.flush()
         assert sink.dropped_traces == 1 and sink.pending_spans == 0
         assert sink.flush() == 0  # nothing left to try
+
+
+def test_a_trace_that_cannot_be_assembled_holds_up_no_other(db_path, caplog):
+    """A stored row that cannot be read (a damaged disk page, say) fails its trace alone: the
+    other traces of the batch are assembled, the bad one waits and is tried a few times."""
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store)
+        sink.add(TURNS[0])
+        sink.add(TURNS[1])
+        bad = TURNS[0][0]
+        conn = store._conn()
+        conn.execute(
+            "UPDATE pending_spans SET data=? WHERE trace_id=? AND span_id=?",
+            (b"{not json", bad.trace_id, bad.span_id),
+        )
+        for _ in range(DurableSpanSink.MAX_ATTEMPTS + 2):
+            sink.assemble_ready()
+        assert [s.trace_id for s in store.load(CONV).steps] == [TURNS[1][0].trace_id]
+        assert list(sink.failed_traces) == [bad.trace_id]
+        assert sink._attempts[bad.trace_id] == DurableSpanSink.MAX_ATTEMPTS  # then left alone
+        assert store.pending_counts()["spans_waiting"] == len(TURNS[0])  # nothing lost
+    assert "cannot assemble trace" in caplog.text
+
+
+def test_a_store_that_fails_holds_everything_for_the_next_call(db_path, monkeypatch):
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store)
+        sink.add(TURNS[0])
+        monkeypatch.setattr(store, "commit_assembled", disk_full)
+        with pytest.raises(StoreError):
+            sink.assemble_ready()
+        assert sink.failed_traces == {}  # not the trace's fault: nothing given up
+        monkeypatch.undo()
+        assert sink.assemble_ready() == 1
+
+
+def disk_full(*args, **kwargs):
+    raise StoreError("disk full")

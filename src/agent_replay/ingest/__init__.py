@@ -752,6 +752,11 @@ def _assemble_staged(
         if on_assembled is not None:
             on_assembled(start + len(batch), len(traces))
     sink.store.forget_pending(traces)
+    for trace_id, why in sink.failed_traces.items():
+        result.warnings.append(
+            f"trace {trace_id} could not be assembled ({why}); its spans stay staged in the "
+            "store: import the files again to retry"
+        )
     unjoined = sink.orphan_logs + sink.unjoinable_logs
     if unjoined:
         result.warnings.append(

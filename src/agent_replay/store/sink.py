@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import AgentReplayError, SessionChangedError
+from ..errors import AgentReplayError, SessionChangedError, StoreError
 from ..mapping.assemble import assemble, continue_session, merge
 from ..mapping.spans import (
     LogEvent,
@@ -328,11 +328,16 @@ def _dumps(data: dict) -> bytes:
 class DurableSpanSink:
     """Buffers received spans in the store's pending tables and assembles them from there.
 
+    ``MAX_ATTEMPTS``: how often a trace that cannot be assembled is tried by
+    :meth:`assemble_ready` in this process (its rows stay waiting; a restart tries again).
+
     :meth:`add` (called by the receiver's writer thread) and :meth:`assemble_ready` /
     :meth:`purge` (called by its assembler thread) may run at the same time: each thread uses
     its own SQLite connection and every write is one transaction. Errors from the store
     propagate (the receiver answers 503 and the client retries).
     """
+
+    MAX_ATTEMPTS = 3
 
     def __init__(
         self,
@@ -351,6 +356,8 @@ class DurableSpanSink:
         self.sessions_written = 0
         self.unjoinable_logs = 0
         self.orphan_logs = 0  # log records assembled without their span
+        self.failed_traces: dict[str, str] = {}  # trace id → why it could not be assembled
+        self._attempts: dict[str, int] = {}
 
     def add(
         self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
@@ -381,6 +388,7 @@ class DurableSpanSink:
         """Assemble and store every trace that is complete or idle (every waiting one when
         ``force``); returns the number of sessions written."""
         traces = self.store.ready_traces(idle_ns=int(self.idle_seconds * 1e9), force=force)
+        traces = [t for t in traces if self._attempts.get(t, 0) < self.MAX_ATTEMPTS]
         return self.assemble_traces(traces)
 
     def assemble_traces(
@@ -394,33 +402,74 @@ class DurableSpanSink:
         before or not, ``batch_traces`` traces per transaction; returns the number of sessions
         written. ``annotate`` may change each assembled trajectory before it is saved;
         ``on_saved`` sees each one once its batch is committed. Log records whose span is not
-        among the spans are counted in ``orphan_logs``."""
+        among the spans are counted in ``orphan_logs``.
+
+        A batch that fails for want of the store (:class:`StoreError`: locked, full, gone)
+        raises, and everything waits for the next call. One that fails otherwise (a stored row
+        that cannot be read) is retried trace by trace, so that one bad trace holds up no
+        other: a trace that still fails is left waiting, its error in ``failed_traces``, and
+        after ``MAX_ATTEMPTS`` it is no longer tried by :meth:`assemble_ready`."""
         written = 0
         for start in range(0, len(trace_ids), self.batch_traces):
             batch = list(trace_ids[start : start + self.batch_traces])
-            span_rows, log_rows = self.store.pending_rows(batch)
-            spans = [span_from_dict(json.loads(data)) for _, _, data in span_rows]
-            logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
-            if logs:
-                spans, orphans = attach_logs(spans, logs)
-                self.orphan_logs += len(orphans)
-            assembled = assemble(spans, source=self.source)
-            if annotate is not None:
-                assembled = [annotate(t) for t in assembled]
-            trajectories = rehome(self.store, assembled)
-            commit = functools.partial(
-                self.store.commit_assembled,
-                spans=[(t, s) for t, s, _ in span_rows],
-                logs=[d for d, _ in log_rows],
-            )
-            covered = {(t, s) for t, s, _ in span_rows}
-            save_merged(self.store, trajectories, commit, covered)
-            if on_saved is not None:
-                for trajectory in trajectories:
+            try:
+                saved = self._assemble(batch, annotate)
+            except StoreError:
+                raise
+            except Exception:
+                saved = []
+                for trace_id in batch:
+                    try:
+                        saved += self._assemble([trace_id], annotate)
+                    except StoreError:
+                        raise
+                    except Exception as exc:
+                        self._failed(trace_id, exc)
+            for trajectory in saved:
+                if on_saved is not None:
                     on_saved(trajectory)
-            written += len(trajectories)
+            written += len(saved)
         self.sessions_written += written
         return written
+
+    def _assemble(
+        self, batch: list[str], annotate: Callable[[Trajectory], Trajectory] | None
+    ) -> list[Trajectory]:
+        """One transaction: the trajectories of the traces ``batch``, saved."""
+        span_rows, log_rows = self.store.pending_rows(batch)
+        spans = [span_from_dict(json.loads(data)) for _, _, data in span_rows]
+        logs = [log_from_dict(json.loads(data)) for _, data in log_rows]
+        orphans: list[LogEvent] = []
+        if logs:
+            spans, orphans = attach_logs(spans, logs)
+        assembled = assemble(spans, source=self.source)
+        if annotate is not None:
+            assembled = [annotate(t) for t in assembled]
+        trajectories = rehome(self.store, assembled)
+        commit = functools.partial(
+            self.store.commit_assembled,
+            spans=[(t, s) for t, s, _ in span_rows],
+            logs=[d for d, _ in log_rows],
+        )
+        covered = {(t, s) for t, s, _ in span_rows}
+        save_merged(self.store, trajectories, commit, covered)
+        self.orphan_logs += len(orphans)
+        for trace_id in batch:
+            self.failed_traces.pop(trace_id, None)
+            self._attempts.pop(trace_id, None)
+        return trajectories
+
+    def _failed(self, trace_id: str, exc: Exception) -> None:
+        attempts = self._attempts[trace_id] = self._attempts.get(trace_id, 0) + 1
+        self.failed_traces[trace_id] = f"{type(exc).__name__}: {exc}"
+        _log.error(
+            "agent-replay: cannot assemble trace %s (attempt %d of %d; its spans stay waiting): %s",
+            trace_id,
+            attempts,
+            self.MAX_ATTEMPTS,
+            self.failed_traces[trace_id],
+            exc_info=attempts == 1,
+        )
 
     def purge(self) -> int:
         """Forget assembled rows older than ``retain_seconds``; returns rows deleted."""

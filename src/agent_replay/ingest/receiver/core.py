@@ -397,11 +397,14 @@ class Receiver:
         while not self._stop_assembler.wait(self.config.assemble_interval):
             try:
                 self.sink.assemble_ready()
-                if time.monotonic() - last_purge > 60:
-                    self.sink.purge()
-                    last_purge = time.monotonic()
             except Exception:
                 _log.exception("agent-replay: assembling received traces failed; will retry")
+            if time.monotonic() - last_purge > 60:
+                try:
+                    self.sink.purge()
+                except Exception:
+                    _log.exception("agent-replay: purging assembled spans failed; will retry")
+                last_purge = time.monotonic()
 
     def count_error(self, error: BaseException) -> None:
         """Count a failed request or commit by its exception type (for the collect summary)."""
