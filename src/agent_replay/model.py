@@ -339,11 +339,19 @@ class Continuation:
     session: Trajectory
 
     @classmethod
-    def after(cls, end: SessionEnd, session: Trajectory) -> Continuation:
-        """``session``'s steps (a chain sealed from genesis) moved after ``end``."""
+    def after(
+        cls,
+        end: SessionEnd,
+        session: Trajectory,
+        attributes: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> Continuation:
+        """``session``'s steps (a chain sealed from genesis) moved after ``end``; the steps at
+        the positions ``attributes`` names take those attributes (links that name other steps
+        by index move with the steps)."""
+        changed = attributes or {}
         prev, index, steps = end.head_hash, end.n_steps, []
-        for step in session.steps:
-            step = step.placed(index, prev)
+        for position, step in enumerate(session.steps):
+            step = step.placed(index, prev, changed.get(position))
             steps.append(step)
             prev, index = step.step_hash, index + 1
         return cls(end, replace(session, steps=tuple(steps)))

@@ -297,3 +297,23 @@ def test_the_task_is_the_first_prompt_when_the_root_has_no_input():
     assert traj.task == {"messages": [system, USER]}
     (without_content,) = assemble(spans[:2])
     assert without_content.task == {"root_span": "invoke_agent boss"}
+
+
+def test_an_agent_span_in_a_parent_cycle_with_nothing_below_is_a_step():
+    """Malformed parent links that loop back to an agent span (A's parent is B, B's is A)
+    hold no GenAI span below it: the agent span is a step, as it would be without the loop."""
+    trace = "c" * 32
+    agent = NormalizedSpan(
+        trace_id=trace,
+        span_id="a" * 16,
+        name="invoke_agent a",
+        parent_span_id="b" * 16,
+        start_ns=1,
+        end_ns=9,
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"},
+    )
+    other = NormalizedSpan(
+        trace_id=trace, span_id="b" * 16, name="http", parent_span_id="a" * 16, start_ns=2, end_ns=3
+    )
+    (trajectory,) = assemble([agent, other])
+    assert [(s.kind, s.name) for s in trajectory.steps] == [(StepKind.AGENT, "a")]

@@ -17,7 +17,6 @@ beside it, holding the same call.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -29,6 +28,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from agent_replay import CheckpointStore, StepKind, Trajectory
 from agent_replay.ingest import load
 from agent_replay.otel import attach
+from instrumenting import openai_instrumentor
 from langchain_weather import chat_openai, get_weather
 from weather_run import ANSWER, CALL_PART, QUESTION, text
 
@@ -41,14 +41,6 @@ def run_agent() -> str:
     )
     state = agent.invoke({"messages": [HumanMessage(QUESTION)]})
     return state["messages"][-1].content
-
-
-def openai_instrumentor(which: str) -> Any:
-    if which == "openinference":
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-    else:
-        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-    return OpenAIInstrumentor()
 
 
 @pytest.fixture(params=["openinference", "gen_ai"])

@@ -323,9 +323,9 @@ json_texts = st.one_of(
 
 
 @settings(max_examples=500, deadline=None)
-@given(json_texts, st.sampled_from(["", " ", "\n", "\t ", "\xa0"]))
-def test_loads_stripped_decodes_as_json_loads(text, space):
+@given(json_texts)
+def test_loads_stripped_decodes_as_json_loads(text):
     """The decoder behind every JSON attribute the dialects read gives what ``json.loads``
     gives (or fails where it fails) on the stripped text."""
-    stripped = (space + text + space).strip()
+    stripped = text.strip()
     assert _decoded(loads_stripped, stripped) == _decoded(json.loads, stripped)

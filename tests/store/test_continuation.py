@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_replay import CheckpointStore
+from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import ChainIntegrityError, SessionChangedError
 from agent_replay.mapping.assemble import assemble, capture_report, continue_session, merge
 from agent_replay.mapping.spans import NormalizedSpan
@@ -61,6 +61,7 @@ def test_turn_by_turn_is_the_session_assembled_at_once(db_path, sink_kind):
     assert report["steps_without_content"] == [1]
     assert report["unanswered_tool_calls"] == ["c2"]
     assert report["notes"][0].startswith("no message content was captured")
+    assert report["spans"] == sum(map(len, TURNS))  # every turn's spans, counted once
 
 
 def test_a_continuation_reads_only_the_end_of_the_stored_chain(db_path):
@@ -156,6 +157,7 @@ def test_a_session_changed_by_another_writer_is_merged_again(db_path):
 
         save_merged(store, [third], write)
         assert isinstance(attempts[0][0], Continuation) and len(attempts) == 2
+        assert isinstance(attempts[1][0], Trajectory)  # the retry merged the whole session
         loaded = store.load(CONV)
     assert [s.trace_id for s in loaded.steps] == [spans[0].trace_id for spans in TURNS[:3]]
 
@@ -257,3 +259,49 @@ def test_any_arrival_order_stores_every_step_once_in_time_order(case):
     (expected,) = assemble(every)
     assert [facts(s) for s in steps] == [facts(s) for s in expected.steps]
     assert {s.agent for s in steps} == {"a"}
+
+
+def _nested_traces():
+    """Trace 1: an agent span with a container (not a step) holding a tool that starts late,
+    and a tool straight under the agent that starts early; trace 2: a tool starting between
+    them. Depth-first, trace 1's last step is not its latest."""
+
+    def span(trace, n, parent, start, **attributes):
+        return NormalizedSpan(
+            trace_id=f"{trace:032x}",
+            span_id=f"{n:016x}",
+            name=attributes.pop("name", f"s{n}"),
+            parent_span_id=None if parent is None else f"{parent:016x}",
+            start_ns=start,
+            end_ns=start + (100 if parent is None else 1),
+            attributes=attributes,
+        )
+
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    agent["gen_ai.conversation.id"] = CONV
+
+    def tool(result):
+        return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": result}
+
+    first = [
+        span(1, 1, None, 0, **agent),
+        span(1, 2, 1, 1, name="container"),
+        span(1, 3, 2, 10, **tool("x")),
+        span(1, 4, 1, 2, **tool("y")),
+    ]
+    second = [span(2, 5, None, 4, **agent), span(2, 6, 5, 5, **tool("z"))]
+    return first, second
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_traces_arriving_one_by_one_are_ordered_as_assembled_together(db_path, order):
+    traces = _nested_traces()
+    (expected,) = assemble([s for spans in traces for s in spans])
+    assert [s.name for s in expected.steps] == ["z", "x", "y"]
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for n in order:
+            sink.add(traces[n])
+            sink.flush()
+        loaded = store.load(CONV)
+    assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]

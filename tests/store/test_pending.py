@@ -56,7 +56,7 @@ def test_a_schema_1_store_is_migrated_in_place_and_stays_readable(db_path):
     with CheckpointStore(db_path) as store:
         assert store.load("old") == trajectory
         assert store.pending_counts()["spans_waiting"] == 0
-        assert store.trace_sessions([TRACE]) == {TRACE: "old"}  # the index was filled
+        assert store.trace_sessions([TRACE]) == {TRACE: ["old"]}  # the index was filled
     conn = sqlite3.connect(db_path)
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
     conn.close()

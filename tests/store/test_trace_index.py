@@ -13,7 +13,7 @@ from agent_replay.errors import SessionChangedError
 from agent_replay.ingest import import_into
 from agent_replay.mapping.assemble import assemble, continue_session
 from agent_replay.model import StepDraft, StepKind, chain_steps
-from agent_replay.store.sink import DurableSpanSink, SpanSink
+from agent_replay.store.sink import DurableSpanSink, SpanSink, rehome
 from conversation_turns import CONV, TURNS, facts, otlp_document, turn, whole
 
 T, U = "a" * 32, "b" * 32
@@ -26,22 +26,29 @@ def session(session_id, *traces):
 
 
 def test_the_first_session_written_owns_a_trace_and_the_index_follows_every_write(db_path):
+    def owner(trace_id):  # where a fragment of the trace, keyed by its id, goes
+        (moved,) = rehome(store, [session(trace_id, trace_id)])
+        return moved.session_id
+
     with CheckpointStore(db_path) as store:
         store.save(session(T, T))  # a fragment stored under its trace id before the rest
         store.save(session("conv", T, U))
         store.save(session("copy", T))  # a copy saved later under another id
-        assert store.trace_sessions([T, U, "c" * 32]) == {T: "conv", U: "conv"}
+        assert store.trace_sessions([T, U, "c" * 32]) == {T: [T, "conv", "copy"], U: ["conv"]}
+        assert (owner(T), owner(U)) == ("conv", "conv")
         store.delete("conv")
-        assert store.trace_sessions([T, U]) == {T: "copy"}
+        assert store.trace_sessions([T, U]) == {T: [T, "copy"]}
+        assert owner(T) == "copy"
         store.save(session("copy", U))  # rewritten whole without T
-        assert store.trace_sessions([T, U]) == {T: T, U: "copy"}
+        assert store.trace_sessions([T, U]) == {T: [T], U: ["copy"]}
+        assert (owner(T), owner(U)) == (T, "copy")
         # a continuation adds its traces
         (first,) = assemble(TURNS[0])
         (second,) = assemble(TURNS[1])
         store.save(first)
         store.save_many([continue_session(store.load_end(CONV), second)])
         traces = [spans[0].trace_id for spans in TURNS[:2]]
-        assert store.trace_sessions(traces) == dict.fromkeys(traces, CONV)
+        assert store.trace_sessions(traces) == {t: [CONV] for t in traces}
 
 
 def test_a_late_span_received_after_a_restart_joins_its_conversation(db_path):
@@ -133,7 +140,7 @@ def test_a_trace_written_before_its_agent_span_ended_joins_the_conversation(db_p
         assert store.session_ids() == [CONV]
         (step,) = store.load(CONV).steps
         assert (step.span_id, step.agent) == (chat.span_id, "a")
-        assert store.trace_sessions([chat.trace_id]) == {chat.trace_id: CONV}
+        assert store.trace_sessions([chat.trace_id]) == {chat.trace_id: [CONV]}
 
 
 def test_a_trace_whose_agent_span_is_in_a_later_import_joins_the_conversation(tmp_path, db_path):

@@ -570,7 +570,7 @@ def load_many(
     result = ImportResult()
     spans = []
     logs = []
-    files_of_trace: dict[str, set[str]] = {}
+    traces = _Traces()
     for report, parsed in _read_each(sources, format, result, on_source):
         result.trajectories.extend(parsed.trajectories)
         if parsed.store is not None:
@@ -578,22 +578,14 @@ def load_many(
         spans.extend(parsed.spans)
         logs.extend(parsed.logs)
         for span in parsed.spans:
-            files_of_trace.setdefault(span.trace_id, set()).add(report.source)
+            traces.note(span.trace_id, span.start_ns, report.source)
             result.spans.add((span.trace_id, span.span_id))
     if logs:
         joinable = [log for log in logs if log.span_id]
         spans, orphans = attach_logs(spans, joinable)
-        unjoined = len(orphans) + len(logs) - len(joinable)
-        if unjoined:
-            result.warnings.append(
-                f"{unjoined} log record(s) name no span of this import "
-                "(import the span file and its logs file together)"
-            )
+        _warn_unjoined(result, len(orphans) + len(logs) - len(joinable))
     for trajectory in assemble(spans, source="import:otlp") if spans else ():
-        traces = trajectory.metadata.get("trace_ids", ())
-        files = sorted({f for t in traces for f in files_of_trace.get(t, ())})
-        metadata = {**trajectory.metadata, "import": {"files": files}}
-        result.trajectories.append(replace(trajectory, metadata=metadata))
+        result.trajectories.append(traces.annotated(trajectory))
     return result
 
 
@@ -657,7 +649,7 @@ def import_into(
     """
     result = ImportResult()
     sink = DurableSpanSink(store, source="import:otlp")
-    staged = _Staged()
+    staged = _Traces()
     for report, parsed in _read_each(sources, format, result, on_source):
         if parsed.store is not None:
             _import_store(store, parsed, report, result)
@@ -711,8 +703,8 @@ def _save_trajectories(
 
 
 @dataclass
-class _Staged:
-    """The traces an import staged: when each began and the files it came from."""
+class _Traces:
+    """The traces an import read: when each began and the files of spans it came from."""
 
     started: dict[str, int] = field(default_factory=dict)
     files: dict[str, set[str]] = field(default_factory=dict)
@@ -723,14 +715,24 @@ class _Staged:
             if source is not None:
                 self.files.setdefault(trace_id, set()).add(source)
 
-    def files_of(self, trajectory: Trajectory) -> list[str]:
+    def annotated(self, trajectory: Trajectory) -> Trajectory:
+        """``trajectory`` noting (``metadata["import"]["files"]``) the files it came from."""
         traces = trajectory.metadata.get("trace_ids", ())
-        return sorted({f for t in traces for f in self.files.get(t, ())})
+        files = sorted({f for t in traces for f in self.files.get(t, ())})
+        return replace(trajectory, metadata={**trajectory.metadata, "import": {"files": files}})
+
+
+def _warn_unjoined(result: ImportResult, unjoined: int) -> None:
+    if unjoined:
+        result.warnings.append(
+            f"{unjoined} log record(s) name no span of this import "
+            "(import the span file and its logs file together)"
+        )
 
 
 def _assemble_staged(
     sink: DurableSpanSink,
-    staged: _Staged,
+    staged: _Traces,
     result: ImportResult,
     on_assembled: Callable[[int, int], None] | None,
 ) -> None:
@@ -738,17 +740,13 @@ def _assemble_staged(
     then stored by continuing it), each trajectory noting the files it came from, and
     forget the staged rows."""
 
-    def annotate(trajectory: Trajectory) -> Trajectory:
-        metadata = {**trajectory.metadata, "import": {"files": staged.files_of(trajectory)}}
-        return replace(trajectory, metadata=metadata)
-
     def saved(trajectory: Trajectory) -> None:
         result.sessions.append(ImportedSession.of(trajectory))
 
     traces = sorted(staged.started, key=lambda t: (staged.started[t], t))
     for start in range(0, len(traces), sink.batch_traces):
         batch = traces[start : start + sink.batch_traces]
-        sink.assemble_traces(batch, annotate=annotate, on_saved=saved)
+        sink.assemble_traces(batch, annotate=staged.annotated, on_saved=saved)
         if on_assembled is not None:
             on_assembled(start + len(batch), len(traces))
     sink.store.forget_pending(traces)
@@ -757,9 +755,4 @@ def _assemble_staged(
             f"trace {trace_id} could not be assembled ({why}); its spans stay staged in the "
             "store: import the files again to retry"
         )
-    unjoined = sink.orphan_logs + sink.unjoinable_logs
-    if unjoined:
-        result.warnings.append(
-            f"{unjoined} log record(s) name no span of this import "
-            "(import the span file and its logs file together)"
-        )
+    _warn_unjoined(result, sink.orphan_logs + sink.unjoinable_logs)

@@ -115,16 +115,23 @@ def _step_key(d: StepDraft) -> tuple:
 
 
 def _interleaved(
-    items: list[_T], key: Callable[[_T], tuple], trace: Callable[[_T], str | None]
+    items: list[_T],
+    key: Callable[[_T], tuple],
+    trace: Callable[[_T], str | None],
+    resort: Collection[str | None] = (),
 ) -> list[_T]:
     """``items`` of several traces (one conversation) interleaved by ``key`` (start time),
-    each trace's own items kept in their order: traces that overlap in time (concurrent
-    turns) are ordered the same way whether they are assembled together or merged later."""
+    each trace's own items kept in their order (those of the traces in ``resort``, put
+    together from two captures, sorted by ``key`` first): traces that overlap in time
+    (concurrent turns) are ordered the same way whether they are assembled together or
+    merged later."""
     by_trace: dict[str | None, list[_T]] = {}
     for item in items:
         by_trace.setdefault(trace(item), []).append(item)
+    for trace_id in resort:
+        by_trace.get(trace_id, []).sort(key=key)
     if len(by_trace) < 2:
-        return items
+        return by_trace.popitem()[1] if by_trace else items
     runs = sorted(by_trace.items(), key=lambda kv: (key(kv[1][0]), kv[0] or ""))
     return list(heapq.merge(*(run for _, run in runs), key=key))
 
@@ -162,16 +169,18 @@ def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str |
         # searched by the nearest GenAI span above it at most; iterative, as a malformed trace
         # can be deeper than Python's recursion limit, and each span once (parent links of
         # duplicated span ids may form a cycle)
-        stack = list(children.get((m.span.trace_id, m.span.span_id), ()))
-        searched: set[tuple[str, str]] = set()
+        own = (m.span.trace_id, m.span.span_id)
+        stack = list(children.get(own, ()))
+        searched: set[tuple[str, str]] = {own}  # a cycle back to ``m`` finds nothing new
         while stack:
             node = stack.pop()
+            ident = (node.span.trace_id, node.span.span_id)
+            if ident in searched:
+                continue
             if node.role != Role.OTHER:
                 return True
-            ident = (node.span.trace_id, node.span.span_id)
-            if ident not in searched:
-                searched.add(ident)
-                stack.extend(children.get(ident, ()))
+            searched.add(ident)
+            stack.extend(children.get(ident, ()))
         return False
 
     twins = _sibling_twins(children.values())
@@ -590,8 +599,9 @@ def capture_report(
     ``synthesized_tool_steps``, ``unanswered_tool_calls`` (ids requested by an llm step that
     nothing answered) and ``unanswered_requested_by`` (each one's first requesting step, so
     that a later trace answering it can be linked without reading the steps), ``notes``
-    (sentences for people) and ``replayable`` (content everywhere and nothing truncated);
-    ``spans`` / ``log_records`` when the caller knows them.
+    (sentences for people), ``replayable`` (content everywhere and nothing truncated) and
+    ``latest_start_ns`` (the latest step start: a later trace continues the session only when
+    it starts after it); ``spans`` / ``log_records`` when the caller knows them.
 
     ``before`` is the report of the steps that precede ``steps`` in the same chain: the result
     is then the report of the whole chain, computed from the new steps only (their indices
@@ -656,6 +666,11 @@ def capture_report(
         "replayable": not no_content and not truncated,
     }
     notes.extend(_summary_notes(report))
+    starts = [s.started_ns for s in steps if s.started_ns is not None]
+    if before and before.get("latest_start_ns") is not None:
+        starts.append(before["latest_start_ns"])
+    if starts:
+        report["latest_start_ns"] = max(starts)
     if spans is not None:
         report["spans"] = spans
     if logs:
@@ -690,7 +705,7 @@ def _summary_notes(report: Mapping[str, Any]) -> list[str]:
 def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
     """``new``, a later capture of the session that ``end`` ends, sealed after the stored chain
     when it simply follows it: its traces are all new to the session and none of its steps
-    starts before the last stored one (a conversation whose turns are separate traces). The
+    starts before the latest stored one (a conversation whose turns are separate traces). The
     stored steps are neither loaded nor sealed again. ``None`` when it does not follow (a late
     span re-captured a stored trace, or traces overlap in time): :func:`merge` then interleaves
     the two whole trajectories."""
@@ -707,8 +722,10 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
         or not set(new_traces).isdisjoint(old_traces)
     ):
         return None
-    last = end.last.started_ns or 0
-    if any((s.started_ns or 0) < last for s in new.steps):
+    # after every stored step's start (in depth-first order the last step need not be the
+    # latest); reports written before this key existed: the last step's start
+    latest = before.get("latest_start_ns", end.last.started_ns or 0)
+    if any((s.started_ns or 0) < latest for s in new.steps):
         return None
     # links name steps by index: those within ``new`` move with it; a tool step answering a
     # call the stored steps asked for (in an earlier trace) is linked to the step that did
@@ -724,24 +741,24 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
             link = stored_requests.get(step.attributes.get("tool_call_id"))
         if link is not None:
             links[j] = {**step.attributes, "requested_by": link}
-    steps = new.steps
-    if links:  # placed again after the stored end anyway: sealed here with the new links
-        steps = tuple(
-            s.placed(s.index, s.prev_hash, links[j]) if j in links else s
-            for j, s in enumerate(steps)
-        )
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted({*old_traces, *new_traces})
-    metadata["capture"] = capture_report(steps, before=before)
+    # links play no part in the report; the spans and log records add up (traces disjoint)
+    report = capture_report(new.steps, before=before)
+    counted = new.metadata.get("capture") or {}
+    for key in ("spans", "log_records"):
+        if key in before or key in counted:
+            report[key] = (before.get(key) or 0) + (counted.get(key) or 0)
+    metadata["capture"] = report
     session = Trajectory(
         session_id=new.session_id,
-        steps=steps,
+        steps=new.steps,
         task=end.session.task,
         seed=new.seed,
         outcome=new.outcome or end.session.outcome,
         metadata=metadata,
     )
-    return Continuation.after(end, session)
+    return Continuation.after(end, session, links)
 
 
 def _relink(drafts: list[StepDraft], requesters: Mapping[int, tuple[str | None, str]]) -> None:
@@ -841,8 +858,9 @@ def merge(
             if isinstance(link, int) and 0 <= link < len(steps) and steps[link].span_id:
                 requesters[id(draft)] = (steps[link].trace_id, steps[link].span_id)
             drafts.append(draft)
-    drafts.sort(key=_step_key)
-    drafts = _reunited(_interleaved(drafts, _step_key, lambda d: d.trace_id), old.steps)
+    # each trace in the order it was stored or assembled in, a trace put together from both
+    # in start order, the traces interleaved as assembling them together does (_build)
+    drafts = _reunited(_interleaved(drafts, _step_key, lambda d: d.trace_id, partial), old.steps)
     _relink(drafts, requesters)
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)

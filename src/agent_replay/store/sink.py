@@ -73,12 +73,12 @@ class SpanSink:
         self._pending: dict[str, dict[str, NormalizedSpan]] = {}
         self._complete: set[str] = set()
         self._touched: dict[str, float] = {}
-        # written traces kept for late spans, with the size of their attribute text
+        # written traces kept for late spans, with their estimated memory (_memory_size)
         self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
         self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
-        self._failures: dict[str, int] = {}
+        self._attempts: dict[str, int] = {}
 
     @property
     def pending_spans(self) -> int:
@@ -138,7 +138,7 @@ class SpanSink:
             self._put_back(taken)
             raise
         for trace_id in taken:
-            self._failures.pop(trace_id, None)
+            self._attempts.pop(trace_id, None)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
@@ -149,9 +149,9 @@ class SpanSink:
             done = self._done.pop(trace_id, None)
             if done is not None:
                 self.remembered_bytes -= done[1]
-            failures = self._failures[trace_id] = self._failures.get(trace_id, 0) + 1
+            failures = self._attempts[trace_id] = self._attempts.get(trace_id, 0) + 1
             if failures >= self.MAX_ATTEMPTS:
-                del self._failures[trace_id]
+                del self._attempts[trace_id]
                 self.dropped_traces += 1
                 _log.error(
                     "agent-replay: dropping trace %s (%d spans) after %d failed writes",
@@ -174,12 +174,13 @@ def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[T
     replaces the earlier, as a file imported twice does)."""
     items = list(trajectories)
     keyed = [t.session_id for t in items if t.session_id in t.metadata.get("trace_ids", ())]
-    owners = store.trace_sessions(keyed) if keyed else {}
+    holders = store.trace_sessions(keyed) if keyed else {}
     out: dict[str, Trajectory] = {}
     for trajectory in items:
-        owner = owners.get(trajectory.session_id)
-        if owner is not None and owner != trajectory.session_id:
-            trajectory = replace(trajectory, session_id=owner)
+        # the first session written that holds the trace, other than its own trace-keyed one
+        owners = [s for s in holders.get(trajectory.session_id, ()) if s != trajectory.session_id]
+        if owners:
+            trajectory = replace(trajectory, session_id=owners[0])
         previous = out.get(trajectory.session_id)
         if (
             previous is not None
@@ -270,7 +271,8 @@ def adopt(
         for trace_id in t.metadata.get("trace_ids", ())
         if trace_id != t.session_id
     }
-    fragments = set(store.trace_fragments(wanted)) if wanted else set()
+    holders = store.trace_sessions(wanted) if wanted else {}
+    fragments = {trace_id for trace_id, sessions in holders.items() if trace_id in sessions}
     if not fragments:
         return list(trajectories), {}
     out, gone = [], {}

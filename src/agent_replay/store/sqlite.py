@@ -662,34 +662,21 @@ class CheckpointStore:
             conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
             conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
 
-    def trace_fragments(self, trace_ids: Iterable[str]) -> list[str]:
-        """Those of ``trace_ids`` that name a stored session holding that trace: spans of the
-        trace stored on their own, before the conversation they belong to was known."""
-        with self._sqlite_errors("read the trace index"):
-            rows = _execute_in(
-                self._conn(),
-                "SELECT trace_id FROM session_traces "
-                "WHERE trace_id IN ({}) AND session_id = trace_id",
-                list(dict.fromkeys(trace_ids)),
-            )
-        return [row[0] for row in rows]
-
-    def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, str]:
-        """The stored session each of ``trace_ids`` went to (traces of no stored session are
-        absent). When several sessions hold a trace (a copy saved under another id), the one
-        written first; a session named by the trace id itself (spans of the trace stored
-        before the session that holds the rest was known) only when no other holds it."""
+    def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The stored sessions holding each of ``trace_ids``, the one written first first
+        (traces no stored session holds are absent). A session named by the trace id itself
+        holds spans of the trace stored before the conversation it belongs to was known."""
         with self._sqlite_errors("read the trace index"):
             rows = _execute_in(
                 self._conn(),
                 "SELECT trace_id, session_id FROM session_traces WHERE trace_id IN ({}) "
-                "ORDER BY session_id = trace_id, rowid",
+                "ORDER BY rowid",
                 list(dict.fromkeys(trace_ids)),
             )
-        owners: dict[str, str] = {}
-        for trace_id, session_id in rows:  # in each chunk's order; a trace is in one chunk
-            owners.setdefault(trace_id, session_id)
-        return owners
+        sessions: dict[str, list[str]] = {}
+        for trace_id, session_id in rows:  # a trace's rows are all in one chunk
+            sessions.setdefault(trace_id, []).append(session_id)
+        return sessions
 
     # -- reading --------------------------------------------------------------------------
 

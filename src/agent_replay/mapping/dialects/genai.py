@@ -290,16 +290,10 @@ def _usage(attrs: dict[str, Any], mapped: MappedSpan) -> None:
         mapped.set_attr("parameters", params)
 
 
-def read_content(span: NormalizedSpan, mapped: MappedSpan, *, model: str) -> None:
-    """An llm span's content, in every form this dialect reads, for a dialect with precedence
-    that knows the ``model`` better than ``gen_ai.request.model`` says."""
-    _read_messages(span, _attributes(span), mapped, model=model)
-
-
-def _read_messages(
-    span: NormalizedSpan, attrs: dict[str, Any], mapped: MappedSpan, model: Any = None
-) -> None:
-    model = model or attrs.get(g.GEN_AI_REQUEST_MODEL)
+def _read_messages(span: NormalizedSpan, attrs: dict[str, Any], mapped: MappedSpan) -> None:
+    model = attrs.get(g.GEN_AI_REQUEST_MODEL)
+    if model == "unknown":  # Traceloop's LangChain spans: the model another reader found
+        model = mapped.attributes.get("model", model)
     tools = attrs.get(g.GEN_AI_TOOL_DEFINITIONS)
     system = attrs.get(g.GEN_AI_SYSTEM_INSTRUCTIONS)
     reasons = attrs.get(g.GEN_AI_RESPONSE_FINISH_REASONS)

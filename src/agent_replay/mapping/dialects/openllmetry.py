@@ -46,7 +46,6 @@ from typing import Any
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
 from ..messages import finish_reasons, tool_message, with_normalized_messages
-from .genai import read_content
 
 LANGCHAIN_SCOPE = "opentelemetry.instrumentation.langchain"
 #: tracer scopes of the Traceloop instrumentations checked on real spans (0.62.4); OTel's own
@@ -225,8 +224,7 @@ def _read_instrumentation(span: NormalizedSpan, mapped: MappedSpan, flattened: b
     attrs = span.attributes
     model = attrs.get("traceloop.association.properties.ls_model_name")
     if attrs.get("gen_ai.request.model") == "unknown" and isinstance(model, str) and model:
-        mapped.set_attr("model", model)
-        read_content(span, mapped, model=model)
+        mapped.set_attr("model", model)  # the gen_ai dialect reads the content with it
     operation = attrs.get("gen_ai.operation.name", attrs.get("llm.request.type"))
     content_keys = _CONTENT_KEYS.get(str(operation))
     if (
