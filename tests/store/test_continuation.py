@@ -305,3 +305,65 @@ def test_traces_arriving_one_by_one_are_ordered_as_assembled_together(db_path, o
             sink.flush()
         loaded = store.load(CONV)
     assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
+
+
+def _agent(trace, n):
+    return NormalizedSpan(
+        trace_id=f"{trace:032x}",
+        span_id=f"{n:016x}",
+        name="invoke_agent a",
+        start_ns=0,
+        end_ns=10_000,
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "a",
+            "gen_ai.conversation.id": CONV,
+        },
+    )
+
+
+def _tool(trace, n, parent):
+    return NormalizedSpan(
+        trace_id=f"{trace:032x}",
+        span_id=f"{n:016x}",
+        name="execute_tool t",
+        parent_span_id=f"{parent:016x}",
+        start_ns=1,
+        end_ns=2,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"},
+    )
+
+
+@pytest.mark.parametrize(
+    "deliveries,flushes,remember,idle",
+    [
+        # a trace re-assembled without its agent span, all its stored steps captured again:
+        # the steps keep the agent they were stored with (found by the property below)
+        (
+            [[_agent(1, 1)], [_tool(2, 5, 4)], [_tool(1, 2, 1)], [_tool(1, 3, 1)], [_agent(2, 4)]],
+            [False, True, True, False, False],
+            1,
+            0,
+        ),
+        # two traces whose steps start at the same time: ordered by span id, as assembled
+        # together, not the later-arriving one after the stored one (found by the property)
+        (
+            [[_tool(1, 2, 1)], [_tool(2, 4, 3)], [_agent(2, 3)], [_agent(1, 1)]],
+            [False, False, True, False],
+            0,
+            3600,
+        ),
+    ],
+)
+def test_arrivals_the_property_found(db_path, deliveries, flushes, remember, idle):
+    with CheckpointStore(db_path, durable=False) as store:
+        sink = SpanSink(store, remember_traces=remember, idle_seconds=idle)
+        for part, flush in zip(deliveries, flushes, strict=True):
+            sink.add(part)
+            if flush:
+                sink.flush()
+        sink.flush(force=True)
+        steps = store.load(CONV).steps
+    (expected,) = assemble([s for part in deliveries for s in part])
+    assert [facts(s) for s in steps] == [facts(s) for s in expected.steps]
+    assert {s.agent for s in steps} == {"a"}

@@ -725,7 +725,7 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
     # after every stored step's start (in depth-first order the last step need not be the
     # latest); reports written before this key existed: the last step's start
     latest = before.get("latest_start_ns", end.last.started_ns or 0)
-    if any((s.started_ns or 0) < latest for s in new.steps):
+    if any((s.started_ns or 0) <= latest for s in new.steps):  # a tie: ordered by span id
         return None
     # links name steps by index: those within ``new`` move with it; a tool step answering a
     # call the stored steps asked for (in an earlier trace) is linked to the step that did
@@ -847,8 +847,8 @@ def merge(
         for s in old.steps
         if s.trace_id not in new_traces or (s.trace_id in partial and uncovered(s))
     ]
-    if not kept:
-        return new
+    if not kept and all(s.agent is not None for s in new.steps):
+        return new  # the stored steps are all captured again, as well as before
     requesters: dict[int, tuple[str | None, str]] = {}  # id(draft) → its requester's span
     drafts = []
     for steps, chosen in ((old.steps, kept), (new.steps, new.steps)):
