@@ -105,16 +105,21 @@ def test_a_trace_that_does_not_follow_is_merged_whole(db_path):
     assert [s.trace_id for s in loaded.steps] == [TURNS[0][0].trace_id, TURNS[2][0].trace_id]
 
 
+def stored_one_by_one(db_path, traces):
+    """The conversation as the span sink stores ``traces`` arriving (and flushed) in turn."""
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for spans in traces:
+            sink.add(spans)
+            sink.flush()
+        return store.load(CONV)
+
+
 @pytest.mark.parametrize("order", [(6, 0), (3, 2), (6, 3, 2, 0)])
 def test_links_between_steps_survive_a_merge_that_reorders_them(db_path, order):
     """Turns stored out of order are merged whole and re-sorted; each tool step still names
     the llm step that asked for its call, in its own trace (6) or an earlier one (2 → 3)."""
-    with CheckpointStore(db_path) as store:
-        sink = SpanSink(store)
-        for n in order:
-            sink.add(TURNS[n])
-            sink.flush()
-        loaded = store.load(CONV)
+    loaded = stored_one_by_one(db_path, [TURNS[n] for n in order])
     (expected,) = assemble([s for n in sorted(order) for s in TURNS[n]])
     assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
     for step in loaded.steps:
@@ -298,12 +303,7 @@ def test_traces_arriving_one_by_one_are_ordered_as_assembled_together(db_path, o
     traces = _nested_traces()
     (expected,) = assemble([s for spans in traces for s in spans])
     assert [s.name for s in expected.steps] == ["z", "x", "y"]
-    with CheckpointStore(db_path) as store:
-        sink = SpanSink(store)
-        for n in order:
-            sink.add(traces[n])
-            sink.flush()
-        loaded = store.load(CONV)
+    loaded = stored_one_by_one(db_path, [traces[n] for n in order])
     assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
 
 
