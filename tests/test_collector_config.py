@@ -5,12 +5,14 @@ call it (same path, encoding, compression and headers)."""
 import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 
 import grpc
 import pytest
 import requests
 import yaml
+from backports import zstd
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -24,6 +26,8 @@ from agent_replay.ingest.receiver import Collector, ReceiverConfig
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "collector-config").glob("*.yaml"))
 TOKEN = "config-test-token"
+# what otlphttp sends for each `compression` agent-replay takes (snappy and lz4 it does not)
+COMPRESS = {"gzip": gzip.compress, "deflate": zlib.compress, "zstd": zstd.compress}
 # settings of each exporter type that make sense towards agent-replay
 ALLOWED = {
     "otlphttp": {
@@ -160,14 +164,30 @@ def check_http_exporter(settings, collector):
     headers["Content-Type"] = content_type
     if compression not in ("none", "", None):
         headers["Content-Encoding"] = compression
-        body = gzip.compress(body) if compression == "gzip" else body
+        body = COMPRESS[compression](body)
     base = f"http://127.0.0.1:{collector.http_port}"
     for path in ("/v1/traces", "/v1/logs"):
         payload = body if path == "/v1/traces" else (b"{}" if encoding == "json" else b"")
-        if path == "/v1/logs" and headers.get("Content-Encoding") == "gzip":
-            payload = gzip.compress(payload)
+        if path == "/v1/logs" and "Content-Encoding" in headers:
+            payload = COMPRESS[compression](payload)
         response = requests.post(base + path, data=payload, headers=headers, timeout=10)
         assert response.status_code == 200, (path, response.status_code, response.text)
+
+
+def file_export(settings) -> bytes:
+    """What the file exporter writes of one request (exporter/fileexporter, by its code): JSON
+    Lines, or each message after its 4-byte big-endian length, which is also how it writes
+    every message with `compression: zstd` (each one a zstd frame, whatever the format)."""
+    request = spans_request()
+    if settings.get("format", "json") == "json":
+        payload = json.dumps(as_otlp_json(request)).encode()
+        if not settings.get("compression"):
+            return payload + b"\n"
+    else:
+        payload = request.SerializeToString()
+    if settings.get("compression"):
+        payload = zstd.compress(payload)
+    return len(payload).to_bytes(4, "big") + payload
 
 
 def check_grpc_exporter(settings, collector):
@@ -211,17 +231,12 @@ def test_exporters_use_only_what_the_receiver_accepts(path, receiver, tmp_path):
             check_grpc_exporter(otlp, receiver)
         elif kind == "file":
             assert settings.get("format", "json") in ("json", "proto")
-            assert "compression" not in settings  # import reads plain or gzip files, not zstd
-            # what such an exporter writes is what `agent-replay import` reads
-            request = spans_request()
-            if settings.get("format", "json") == "json":
-                data = (json.dumps(as_otlp_json(request)) + "\n").encode()
-            else:
-                payload = request.SerializeToString()
-                data = len(payload).to_bytes(4, "big") + payload
-            written = tmp_path / Path(settings["path"]).name
-            written.write_bytes(data)
-            (trajectory,) = load(written)
-            assert trajectory.steps[0].label == "tool:t"
+            assert settings.get("compression", "zstd") == "zstd"
+            # what such an exporter writes is what `agent-replay import` reads, compressed too
+            for variant in ({**settings, "compression": None}, {**settings, "compression": "zstd"}):
+                written = tmp_path / Path(settings["path"]).name
+                written.write_bytes(file_export(variant))
+                (trajectory,) = load(written)
+                assert trajectory.steps[0].label == "tool:t"
         else:
             pytest.fail(f"{path.name}: exporter kind {kind!r} is not checked by this test")

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+from backports import zstd
 from click.testing import CliRunner
 
 from agent_replay import CheckpointStore
@@ -106,3 +107,25 @@ def test_a_trace_split_over_imports_keeps_every_step_once(tmp_path, db_path):
         (session,) = store.session_ids()
         steps = store.load(session).steps
     assert [s.action for s in steps] == ["early", "late"]
+
+
+def test_import_a_directory_of_collector_zstd_files(tmp_path, db_path):
+    """A Collector file exporter's directory with `compression: zstd`: the rotated files (each
+    message a length-prefixed zstd frame) are picked up by suffix and joined with their logs."""
+    exports = tmp_path / "otel"
+    exports.mkdir()
+    for name, fixture in (
+        ("traces", "otel_event_only.jsonl"),
+        ("logs", "otel_event_only.logs.jsonl"),
+    ):
+        lines = (FIXTURES / "generated" / fixture).read_bytes().splitlines()
+        frames = [zstd.compress(line) for line in lines if line.strip()]
+        data = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+        (exports / f"{name}-2026-11-30T09-00-00.000.zst").write_bytes(data)
+    result = CliRunner().invoke(main, ["import", str(exports), "--db", str(db_path), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{") :])
+    assert summary["formats"] == {"otlp-json": 2}
+    with CheckpointStore(db_path) as store:
+        conv = store.load("conv_1")
+        assert conv.metadata["capture"]["steps_without_content"] == []  # logs were joined

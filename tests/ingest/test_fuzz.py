@@ -4,12 +4,14 @@ naming the source, never anything else, and never the catch-all "internal error"
 mean a reader bug slipped through)."""
 
 import copy
+import gzip
 import json
 import sqlite3
 import tempfile
 from pathlib import Path
 
 import pytest
+from backports import zstd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -96,6 +98,20 @@ def mutate(doc, draw):
 @given(data=st.binary(max_size=512))
 def test_arbitrary_bytes(fmt, data):
     check(data, fmt)
+
+
+COMPRESSED_HEADS = [
+    b"\x1f\x8b",  # gzip
+    b"\x28\xb5\x2f\xfd",  # zstd
+    b"\x00\x00\x00\x10\x28\xb5\x2f\xfd",  # a length prefix, then a zstd frame
+]
+
+
+@pytest.mark.parametrize("fmt", ["auto", "otlp-json", "otlp-proto"])
+@FUZZ
+@given(head=st.sampled_from(COMPRESSED_HEADS), data=st.binary(max_size=512))
+def test_arbitrary_bytes_after_a_compression_header(fmt, head, data):
+    check(head + data, fmt)
 
 
 DOCUMENTS = [f for f in FORMATS if f not in ("otlp-proto", "store")]  # JSON formats
@@ -245,13 +261,15 @@ def test_a_damaged_store_file_is_reported_and_the_other_files_land(data):
     assert all("internal error" not in str(e) for e in result.errors)
 
 
-def _whole_and_in_blocks(data: bytes, block: int):
-    """``load_many`` of a file holding ``data``, read whole and read in blocks of ``block``."""
+def _whole_and_in_blocks(data: bytes, block: int, codec: str | None = None):
+    """``load_many`` of a file holding ``data`` (compressed whole by ``codec``), read whole and
+    read in blocks of ``block``."""
     import agent_replay.ingest as ingest
 
+    compress = {None: bytes, "gzip": gzip.compress, "zstd": zstd.compress}[codec]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "data"
-        path.write_bytes(data)
+        path.write_bytes(compress(data))
         results = []
         for size in (1 << 30, block):
             saved = ingest.BLOCK_BYTES
@@ -290,12 +308,14 @@ LINES = [
         max_size=12,
     ),
     block=st.integers(1, 4000),
+    codec=st.sampled_from([None, "gzip", "zstd"]),
 )
-def test_a_file_read_in_blocks_reads_as_read_whole(lines, block):
-    """Any JSON Lines file whose first line is an OTLP request: read block by block (any block
-    size) it gives the same spans, skipped lines (with their line numbers) and errors."""
+def test_a_file_read_in_blocks_reads_as_read_whole(lines, block, codec):
+    """Any JSON Lines file whose first line is an OTLP request, plain or compressed: read block
+    by block (any block size) it gives the same spans, skipped lines (with their line numbers)
+    and errors."""
     lines = [LINES[0], *lines]
-    whole, blocks = _whole_and_in_blocks(("\n".join(lines) + "\n").encode(), block)
+    whole, blocks = _whole_and_in_blocks(("\n".join(lines) + "\n").encode(), block, codec)
     assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors]
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans
@@ -322,17 +342,18 @@ def _request(n: int) -> bytes:
     ),
     cut=st.integers(0, 60),
     block=st.integers(1, 400),
+    codec=st.sampled_from([None, "gzip", "zstd"]),
 )
-def test_a_protobuf_stream_read_in_blocks_reads_as_read_whole(messages, cut, block):
-    """A length-prefixed protobuf stream (the Collector's file exporter, ``format: proto``)
-    that starts with a good message, then any messages, and maybe a last one cut short: read
-    block by block (any block size) it gives the same spans, rejections and errors as read
-    whole; a cut last message is rejected and the rest read."""
+def test_a_protobuf_stream_read_in_blocks_reads_as_read_whole(messages, cut, block, codec):
+    """A length-prefixed protobuf stream (the Collector's file exporter, ``format: proto``),
+    plain or compressed, that starts with a good message, then any messages, and maybe a last
+    one cut short: read block by block (any block size) it gives the same spans, rejections
+    and errors as read whole; a cut last message is rejected and the rest read."""
     data = b"".join(len(m).to_bytes(4, "big") + m for m in [_request(9), *messages])
     if cut:
         last = _request(8)
         data += (len(last).to_bytes(4, "big") + last)[:cut]
-    whole, blocks = _whole_and_in_blocks(data, block)
+    whole, blocks = _whole_and_in_blocks(data, block, codec)
     assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors] == []
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans

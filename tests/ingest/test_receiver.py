@@ -7,12 +7,15 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import grpc
 import pytest
 import requests
+from backports import zstd
 from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -32,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import set_span_in_context
 
 from agent_replay import CheckpointStore
+from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
@@ -221,6 +225,51 @@ def test_bad_requests_get_the_right_status_and_the_server_keeps_serving(served, 
     provider.shutdown()
     assert set(sent) <= set(pending_ids(db_path))
     assert collector.receiver.snapshot()["errors"]["BadRequest"] >= 5
+
+
+def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkeypatch):
+    """The SDK's exporters with each of their compressions (HTTP: gzip, deflate, none; gRPC:
+    deflate), and bodies as the Collector's otlphttp exporter sends with `compression: zstd` or
+    `deflate`: all stored. A zstd or deflate bomb gets 413, a damaged body 400, and zstd without
+    a codec 415."""
+    collector, store = served(config=fast_config(max_body_bytes=1 << 20))
+    expected = []
+    for compression in (Compression.Gzip, Compression.Deflate, Compression.NoCompression):
+        spans, sent = recorded_spans(2, f"sdk-{compression.value}")
+        exporter = OTLPSpanExporter(
+            endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces", compression=compression
+        )
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+        expected += sent
+    spans, sent = recorded_spans(2, "grpc-deflate")  # gRPC negotiates gzip and deflate itself
+    exporter = GrpcSpanExporter(
+        endpoint=f"127.0.0.1:{collector.grpc_port}",
+        insecure=True,
+        compression=grpc.Compression.Deflate,
+    )
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    expected += sent
+    compress = {"zstd": zstd.compress, "deflate": zlib.compress}
+    for codec in ("zstd", "deflate"):
+        spans, sent = recorded_spans(1, f"collector-{codec}")
+        body = compress[codec](encode_spans(spans).SerializeToString())
+        assert post(collector, body, **{"Content-Encoding": codec}).status_code == 200
+        expected += sent
+        bomb = compress[codec](bytes(8 << 20))
+        assert post(collector, bomb, **{"Content-Encoding": codec}).status_code == 413
+        damaged = post(collector, body[: len(body) // 2], **{"Content-Encoding": codec})
+        assert damaged.status_code == 400 and codec in Status.FromString(damaged.content).message
+    monkeypatch.setattr(ingest_compression, "_zstd_module", lambda: None)
+    refused = post(collector, zstd.compress(b""), **{"Content-Encoding": "zstd"})
+    assert refused.status_code == 415
+    assert "use gzip, deflate or none" in Status.FromString(refused.content).message
+    collector.stop(grace=1)
+    tools = stored_tool_spans(store)
+    assert set(tools) <= set(expected) and len(tools) == (4 * 2 + 2) * TOOLS_PER_TRACE
+    agents = {t.steps[0].agent for t in store.load_all()}
+    assert {"collector-zstd", "collector-deflate"} <= agents
 
 
 def test_grpc_bad_and_oversized_requests(served):

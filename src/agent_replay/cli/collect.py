@@ -58,7 +58,7 @@ def _address(value: str) -> str | None:
     type=click.FloatRange(min=0.001),
     default=64.0,
     show_default=True,
-    help="Largest request body (after gzip inflation) accepted; larger gets 413.",
+    help="Largest request body (after decompression) accepted; larger gets 413.",
 )
 @click.option(
     "--max-inflight",

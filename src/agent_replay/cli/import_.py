@@ -13,7 +13,9 @@ from .common import db_option, echo_json, friendly_errors, json_option, open_sto
 
 _SKIP = (".", "_")
 #: what a directory walk picks up (files named on the command line are always read)
-TRACE_SUFFIXES = frozenset({".json", ".jsonl", ".ndjson", ".gz", ".pb", ".binpb", ".bin", ".otlp"})
+TRACE_SUFFIXES = frozenset(
+    {".json", ".jsonl", ".ndjson", ".gz", ".zst", ".zstd", ".pb", ".binpb", ".bin", ".otlp"}
+)
 MAX_LISTED = 10
 
 

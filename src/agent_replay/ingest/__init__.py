@@ -5,8 +5,9 @@ the Collector's file exporter writes), ``otlp-proto`` (one protobuf message or a
 stream), ``langfuse`` (trace exports), ``langsmith`` (runs: ``{post, patch}`` payloads, run
 trees), ``atif`` (Harbor's trajectory format), ``whowhen`` (the Who&When benchmark files),
 ``jsonl`` (agent-replay's step-record layout, see :mod:`.steps`) and ``store`` (another
-agent-replay store's sessions). ``auto`` detects the format from the content. gzip-compressed
-input is decompressed first.
+agent-replay store's sessions). ``auto`` detects the format from the content. gzip- and
+zstd-compressed input is decompressed first (zstd needs the ``zstd`` extra before Python 3.14),
+and so are the zstd frames that the Collector's file exporter writes with ``compression: zstd``.
 
 Spans and log records of every OTLP source in one call are assembled *together* (a trace can
 be split across files, and event-only content capture puts the messages in a separate logs
@@ -26,14 +27,13 @@ The functions here hold no shared state and may run in several threads at once.
 from __future__ import annotations
 
 import contextlib
-import gzip
+import io
 import logging
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
-from typing import Any
+from typing import IO, Any
 
 from ..errors import AgentReplayError, ImportFormatError, StoreError
 from ..mapping.assemble import assemble
@@ -41,6 +41,7 @@ from ..mapping.spans import attach_logs
 from ..model import Trajectory
 from ..store.sink import DurableSpanSink, rehome, save_merged
 from ..store.sqlite import CheckpointStore
+from . import compression
 from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
@@ -82,10 +83,7 @@ FORMATS = (
 )
 _SQLITE = b"SQLite format 3\x00"
 Source = str | os.PathLike | bytes | bytearray | dict | list
-_GZIP = b"\x1f\x8b"
-_ZSTD = b"\x28\xb5\x2f\xfd"
 _OTLP_KEYS = (b'"resourceSpans"', b'"resourceLogs"', b'"resource_spans"', b'"resource_logs"')
-MAX_DECOMPRESSED = 4 << 30  # refuse gzip input that inflates beyond 4 GiB
 
 
 @dataclass
@@ -148,25 +146,13 @@ def _read(source: Any, name: str) -> Any:
 
 
 def _decompress(data: bytes, name: str) -> bytes:
-    if data[:4] == _ZSTD:
-        raise ImportFormatError(
-            "zstd-compressed; decompress it first (zstd -d FILE) or configure the file "
-            "exporter without compression",
-            source=name,
-        )
-    if data[:2] != _GZIP:
+    codec = compression.kind(data)
+    if codec is None:
         return data
     try:
-        inflater = zlib.decompressobj(wbits=31)
-        out = inflater.decompress(data, MAX_DECOMPRESSED)
-        if inflater.unconsumed_tail:
-            raise ImportFormatError("gzip data inflates beyond 4 GiB", source=name)
-        # concatenated gzip members (as `cat a.gz b.gz` makes) are legal gzip too
-        if inflater.unused_data:
-            out += gzip.decompress(inflater.unused_data)
-        return out
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ImportFormatError(f"corrupt gzip data ({exc})", source=name) from None
+        return compression.decompress(data, codec)
+    except compression.Undecodable as exc:
+        raise ImportFormatError(str(exc), source=name) from None
 
 
 def _classify(doc: Any) -> str | None:
@@ -192,7 +178,10 @@ def _classify(doc: Any) -> str | None:
 
 
 def detect_format(data: bytes | dict | list, name: str = "<data>") -> str:
-    """The format of ``data`` (see :data:`FORMATS`); raises :class:`ImportFormatError`."""
+    """The format of ``data`` (see :data:`FORMATS`), gzip'd or zstd'd or not; raises
+    :class:`ImportFormatError`."""
+    if isinstance(data, (bytes, bytearray)):
+        data = _decompress(bytes(data), name)
     fmt, _ = _detect(data, name)
     return fmt
 
@@ -204,6 +193,8 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
         if fmt is None:
             raise ImportFormatError("unrecognised document (no known trace format)", source=name)
         return fmt, [("", data)]
+    if _framed(data):
+        return _framed_format(data[4 : 4 + int.from_bytes(data[:4], "big")]), None
     head = data[:4096].lstrip()
     if not head:
         raise ImportFormatError("empty input", source=name)
@@ -230,6 +221,24 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
         return fmt, docs
     first = next((d for _, d in docs if isinstance(d, ImportFormatError)), None)
     raise first or ImportFormatError("no JSON document found", source=name)
+
+
+def _framed(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a stream of length-prefixed zstd frames, as the
+    Collector's file exporter writes with ``compression: zstd`` (``format: json`` or
+    ``proto``), each frame one OTLP/JSON document or protobuf message."""
+    return head[:1] == b"\x00" and compression.kind(head[4:8]) == compression.ZSTD
+
+
+def _framed_format(frame: bytes) -> str:
+    """``otlp-json`` or ``otlp-proto``: what the zstd ``frame`` (the first of such a file)
+    holds."""
+    try:
+        with compression.open_stream(io.BytesIO(frame), compression.ZSTD) as stream:
+            head = stream.read(64)
+    except (compression.Undecodable, *compression.stream_errors()):
+        return "otlp-proto"  # reading it reports what is wrong
+    return "otlp-json" if head.lstrip()[:1] == b"{" else "otlp-proto"
 
 
 def _is_text(head: bytes) -> bool:
@@ -260,7 +269,7 @@ def _documents(fmt: str, data: Any, docs: list | None, name: str) -> list[tuple[
 
 def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
     parsed = Parsed(format=fmt, source=name)
-    if fmt == "otlp-proto":
+    if fmt == "otlp-proto" or (fmt == "otlp-json" and isinstance(data, bytes) and _framed(data)):
         if not isinstance(data, bytes):
             raise ImportFormatError("otlp-proto input must be bytes", source=name)
         decoded = read_otlp_proto(data, name)
@@ -298,7 +307,7 @@ def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
 
 def _stem(name: str) -> str:
     stem = PurePath(name).name
-    for suffix in (".gz", ".jsonl", ".json", ".ndjson"):
+    for suffix in (".gz", ".zst", ".jsonl", ".json", ".ndjson"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
     return stem or "session"
@@ -396,9 +405,10 @@ _FIRST_LINE_BYTES = 256 << 20  # a first line longer than this: the file is read
 
 def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
     """What one source holds: one :class:`Parsed`, or one per block of an OTLP file larger
-    than :data:`BLOCK_BYTES` (JSON Lines, plain or gzip'd, by whole lines; protobuf streams by
-    whole messages), so that a file larger than memory can be imported. Raises
-    :class:`ImportFormatError` (after the blocks it could read, when nothing could be read)."""
+    than :data:`BLOCK_BYTES` (JSON Lines by whole lines, protobuf streams by whole messages;
+    plain, or gzip'd or zstd'd as a whole, decompressed as they are read), so that a file
+    larger than memory can be imported. Raises :class:`ImportFormatError` (after the blocks
+    it could read, when nothing could be read)."""
     name = _name(source)
     blocks: Iterator[Any] | None = _json_lines_blocks(source, format)
     if blocks is not None:
@@ -408,8 +418,7 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
             return read_otlp_json(block[1], name, first_line=block[0], json_lines=True)
 
     else:
-        blocks = _proto_blocks(source, format)
-        fmt = "otlp-proto"
+        fmt, blocks = _proto_blocks(source, format)
 
         def decode(block: list[tuple[int, int, bytes | None]]) -> Decoded:
             return decode_messages(block, name)
@@ -433,8 +442,8 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
                     logs=decoded.logs,
                     rejected=decoded.rejected,
                 )
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise ImportFormatError(f"corrupt gzip data ({exc})", source=name) from None
+        except compression.Undecodable as exc:
+            raise ImportFormatError(str(exc), source=name) from None
         except OSError as exc:
             raise ImportFormatError(f"cannot read: {exc.strerror or exc}", source=name) from None
     error = summary.unreadable(name)
@@ -442,62 +451,99 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
         raise error
 
 
-def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes]] | None:
-    """``(first line number, bytes)`` of each block of whole lines of a large OTLP/JSON Lines
-    file, read one at a time; ``None`` for any other source (it is read whole)."""
-    if format not in ("auto", "otlp-json") or not isinstance(source, (str, os.PathLike)):
+@contextlib.contextmanager
+def _opened(path: str | os.PathLike, codec: str | None) -> Iterator[IO[bytes]]:
+    """``path`` open for reading, decompressed as it is read when ``codec`` says so; a corrupt
+    or cut compressed stream raises :class:`compression.Undecodable`."""
+    with open(path, "rb") as raw:
+        if codec is None:
+            yield raw
+            return
+        try:
+            with compression.open_stream(raw, codec) as stream:
+                yield stream
+        except compression.stream_errors() as exc:
+            raise compression.Undecodable(f"corrupt {codec} data ({exc})") from None
+
+
+def _large(source: Source, format: str, formats: tuple[str, ...]) -> tuple[str | None, int] | None:
+    """``(compression, size)`` of a file in one of ``formats`` large enough to read in
+    blocks: more than :data:`BLOCK_BYTES`, or a sixteenth of it compressed (compressed OTLP
+    shrinks tenfold or more); ``None`` otherwise."""
+    if format not in ("auto", *formats) or not isinstance(source, (str, os.PathLike)):
         return None
     try:
         size = os.path.getsize(source)
         with open(source, "rb") as handle:
-            compressed = handle.read(2) == _GZIP
-        # gzip'd JSON shrinks about tenfold or more
-        if size <= (BLOCK_BYTES // 16 if compressed else BLOCK_BYTES):
-            return None
-        opener: Callable[..., Any] = gzip.open if compressed else open
-        with opener(source, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return None  # read whole, which reports what is wrong
+    codec = compression.kind(head)
+    framed = compression.kind(head[4:]) == compression.ZSTD  # zstd'd length-prefixed messages
+    if size <= (BLOCK_BYTES // 16 if codec or framed else BLOCK_BYTES):
+        return None
+    return codec, size
+
+
+def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes]] | None:
+    """``(first line number, bytes)`` of each block of whole lines of a large OTLP/JSON Lines
+    file, read one at a time; ``None`` for any other source (it is read whole)."""
+    large = _large(source, format, ("otlp-json",))
+    if large is None:
+        return None
+    codec, _ = large
+    try:
+        with _opened(source, codec) as handle:  # type: ignore[arg-type]
             head = handle.read(4096).lstrip()
             if head[:1] != b"{" or not any(k in head.split(b"\n", 1)[0] for k in _OTLP_KEYS):
                 return None  # not OTLP/JSON Lines (a binary file has no line to read)
             first = head + handle.readline(_FIRST_LINE_BYTES)  # one export request
-    except (OSError, EOFError, zlib.error):
+    except (OSError, compression.Undecodable):
         return None  # read whole, which reports what is wrong
     # JSON Lines of OTLP requests: the first line is an object of its own naming its signal
     # (a document spread over lines is read whole)
     first = first.split(b"\n", 1)[0].strip()
     if first[-1:] != b"}":
         return None
-    return _blocks(source, opener)
+    return _blocks(source, codec)
 
 
 def _proto_blocks(
     source: Source, format: str
-) -> Iterator[list[tuple[int, int, bytes | None]]] | None:
-    """The messages of a large OTLP protobuf stream (the Collector's file exporter with
-    ``format: proto``), read a block of whole messages at a time; ``None`` for any other
+) -> tuple[str, Iterator[list[tuple[int, int, bytes | None]]] | None]:
+    """The format and messages of a large stream of length-prefixed messages (the Collector's
+    file exporter with ``format: proto``, or with ``compression: zstd``: see
+    :func:`_framed`), read a block of whole messages at a time; no messages for any other
     source (it is read whole)."""
-    if format not in ("auto", "otlp-proto") or not isinstance(source, (str, os.PathLike)):
-        return None
+    large = _large(source, format, ("otlp-proto", "otlp-json"))
+    if large is None:
+        return format, None
+    codec, size = large
     try:
-        size = os.path.getsize(source)
-        with open(source, "rb") as handle:
-            first = handle.read(1)
-    except OSError:
-        return None
-    if size <= BLOCK_BYTES or first != b"\x00":  # a length prefix starts with a zero byte
-        return None
-    return _message_blocks(source, size)
+        with _opened(source, codec) as handle:  # type: ignore[arg-type]
+            head = handle.read(8)
+            if _framed(head):  # the rest of the first message, to tell what it holds
+                head += handle.read(max(0, int.from_bytes(head[:4], "big") - 4))
+    except (OSError, compression.Undecodable):
+        return format, None
+    if _framed(head):
+        return _framed_format(head[4:]), _message_blocks(source, codec, None if codec else size)
+    if head[:1] != b"\x00" or format == "otlp-json":  # a length prefix starts with a zero byte
+        return format, None
+    return "otlp-proto", _message_blocks(source, codec, None if codec else size)
 
 
 def _message_blocks(
-    source: str | os.PathLike, size: int
+    source: str | os.PathLike, codec: str | None, size: int | None
 ) -> Iterator[list[tuple[int, int, bytes | None]]]:
-    with open(source, "rb") as handle:
+    with _opened(source, codec) as handle:
         block: list[tuple[int, int, bytes | None]] = []
         held = 0
         for message in length_prefixed(handle.read, size):
             block.append(message)
-            held += len(message[2] or b"")
+            payload = message[2] or b""
+            # a zstd'd message holds about ten times its size
+            held += len(payload) * (16 if compression.kind(payload) == compression.ZSTD else 1)
             if held >= BLOCK_BYTES:
                 yield block
                 block, held = [], 0
@@ -505,9 +551,9 @@ def _message_blocks(
             yield block
 
 
-def _blocks(source: str | os.PathLike, opener: Callable[..., Any]) -> Iterator[tuple[int, bytes]]:
+def _blocks(source: str | os.PathLike, codec: str | None) -> Iterator[tuple[int, bytes]]:
     line = 1
-    with opener(source, "rb") as handle:
+    with _opened(source, codec) as handle:
         while block := handle.read(BLOCK_BYTES):
             block += handle.readline()  # to the end of its last line
             yield line, block

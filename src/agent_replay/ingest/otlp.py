@@ -10,7 +10,9 @@ logs signal (``resourceLogs``) is read the same way.
 OTLP protobuf: one ``ExportTraceServiceRequest`` / ``TracesData`` message (the two are
 wire-identical), or a stream of them each prefixed by its length as a 4-byte big-endian
 unsigned integer, which is what the Collector's file exporter writes with ``format: proto``
-(``exportMessageAsBuffer`` in opentelemetry-collector-contrib ``exporter/fileexporter``).
+(``exportMessageAsBuffer`` in opentelemetry-collector-contrib ``exporter/fileexporter``). With
+``compression: zstd`` that exporter writes every message so, whatever its ``format``, each one
+a zstd frame of a protobuf message or an OTLP/JSON document; those are read too.
 Logs requests are recognised because their records do not parse as spans.
 
 Attribute values become plain data: ``kvlistValue`` → dict, ``arrayValue`` → list,
@@ -41,6 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ..errors import ImportFormatError
 from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent, SpanLink
+from . import compression
 from ._common import Reject
 
 __all__ = [
@@ -821,21 +824,41 @@ def decode_proto_logs(message: Any, prefix: str = "") -> Decoded:
 
 
 def length_prefixed(
-    read: Callable[[int], bytes], size: int
+    read: Callable[[int], bytes], size: int | None = None
 ) -> Iterator[tuple[int, int, bytes | None]]:
     """``(number, offset, message)`` of each message of a stream of 4-byte big-endian
-    length-prefixed messages of ``size`` bytes, read with ``read``; a message the stream ends
-    inside (a file cut short) comes last, as ``None``."""
+    length-prefixed messages, read with ``read``: ``size`` bytes, or to the end of the stream
+    when ``size`` is None (a decompressing stream). A message the stream ends inside (a file
+    cut short) comes last, as ``None``."""
     number = offset = 0
-    while offset < size:
+    while size is None or offset < size:
         prefix = read(4)
+        if not prefix and size is None:
+            return
         length = int.from_bytes(prefix, "big")
-        if len(prefix) < 4 or offset + 4 + length > size:
+        if len(prefix) < 4 or (size is not None and offset + 4 + length > size):
             yield number, offset, None
             return
-        yield number, offset, read(length)
+        payload = read(length) if size is not None else _read_up_to(read, length)
+        if len(payload) < length:
+            yield number, offset, None
+            return
+        yield number, offset, payload
         number += 1
         offset += 4 + length
+
+
+def _read_up_to(read: Callable[[int], bytes], length: int) -> bytes:
+    """``length`` bytes of a stream, fewer at its end; read in pieces, so that a length
+    garbled into gigabytes costs no more memory than the stream holds."""
+    piece = 8 << 20
+    if length <= piece:
+        return read(length)
+    parts = []
+    while length > 0 and (part := read(min(length, piece))):
+        parts.append(part)
+        length -= len(part)
+    return b"".join(parts)
 
 
 def decode_messages(
@@ -852,13 +875,37 @@ def decode_messages(
             )
         else:
             try:
-                out.extend(_decode_one_proto(payload, ""), position)
+                out.extend(_decode_record(payload, ""), position)
                 continue
             except Malformed as exc:
                 error = exc.located(source, position)
         out.error = out.error or error
         out.rejected.append(f"{error.position}: {error.detail}")
     return out
+
+
+def _decode_record(payload: bytes, prefix: str) -> Decoded:
+    """One message of a length-prefixed stream: an OTLP protobuf message, or a zstd frame
+    holding one or an OTLP/JSON document (the Collector's file exporter with
+    ``compression: zstd`` writes every message so, whatever its ``format``)."""
+    if compression.kind(payload) != compression.ZSTD:
+        return _decode_one_proto(payload, prefix)
+    try:
+        payload = compression.decompress(payload, compression.ZSTD)
+    except compression.Undecodable as exc:
+        raise Malformed(str(exc), prefix) from None
+    if payload.lstrip()[:1] != b"{":
+        return _decode_one_proto(payload, prefix)
+    try:
+        document = json.loads(payload)
+    except ValueError as exc:
+        raise Malformed(f"not valid JSON ({exc})", prefix) from None
+    except RecursionError:
+        raise Malformed("nested too deeply", prefix) from None
+    try:
+        return decode_json_document(document, prefix)
+    except RecursionError:
+        raise Malformed("nested too deeply", prefix) from None
 
 
 def _decode_one_proto(payload: bytes, prefix: str) -> Decoded:

@@ -23,7 +23,6 @@ import json
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ...mapping.spans import LogEvent, NormalizedSpan
 from ...store import CheckpointStore
 from ...store.sink import DurableSpanSink
+from .. import compression
 from ..otlp import (
     Decoded,
     Malformed,
@@ -261,23 +261,24 @@ class Receiver:
     # -- requests ---------------------------------------------------------------------------
 
     def decompress(self, body: bytes, encoding: str | None) -> bytes:
-        """The body after ``Content-Encoding`` (identity or gzip), within ``max_body_bytes``."""
+        """The body after ``Content-Encoding`` (identity, gzip, deflate, or zstd when a zstd
+        codec is installed), within ``max_body_bytes``."""
         encoding = (encoding or "identity").strip().lower()
         if encoding in ("", "identity"):
             return body
-        if encoding != "gzip":
-            raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r} (use gzip)")
-        limit = self.config.max_body_bytes
-        inflater = zlib.decompressobj(wbits=31)
+        codecs = compression.available()
+        if encoding not in codecs:
+            raise UnsupportedMediaType(
+                f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none)"
+            )
         try:
-            out = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise BadRequest(f"body is not valid gzip ({exc})") from None
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise TooLarge(f"body inflates beyond the {limit}-byte limit")
-        if not inflater.eof:
-            raise BadRequest("gzip body is truncated")
-        return out
+            return compression.decompress(body, encoding, self.config.max_body_bytes)
+        except compression.Inflated:
+            raise TooLarge(
+                f"body inflates beyond the {self.config.max_body_bytes}-byte limit"
+            ) from None
+        except compression.Undecodable as exc:
+            raise BadRequest(f"request body: {exc}") from None
 
     def export_proto(self, signal: str, body: bytes) -> bytes:
         """Handle a protobuf-encoded export; returns the serialized response."""

@@ -1,12 +1,12 @@
 """OTLP/gRPC: ``TraceService/Export`` and ``LogsService/Export`` on grpcio.
 
-grpcio decodes the request (and gzip, when the client compresses), enforces the message size
-limit (RESOURCE_EXHAUSTED beyond it) and caps concurrent calls (``maximum_concurrent_rpcs``,
-also RESOURCE_EXHAUSTED). Errors map to status codes as OTLP specifies: INVALID_ARGUMENT for a
-request that cannot be used (not retried), UNAUTHENTICATED without the bearer token,
-RESOURCE_EXHAUSTED / UNAVAILABLE with a ``google.rpc.RetryInfo`` in the trailing metadata
-(``google.rpc.retryinfo-bin``, which the OpenTelemetry exporters honour) when the client should
-retry. Partial success is reported in the response.
+grpcio decodes the request (and gzip or deflate, when the client compresses; grpcio has no zstd),
+enforces the message size limit (RESOURCE_EXHAUSTED beyond it) and caps concurrent calls
+(``maximum_concurrent_rpcs``, also RESOURCE_EXHAUSTED). Errors map to status codes as OTLP
+specifies: INVALID_ARGUMENT for a request that cannot be used (not retried), UNAUTHENTICATED without
+the bearer token, RESOURCE_EXHAUSTED / UNAVAILABLE with a ``google.rpc.RetryInfo`` in the trailing
+metadata (``google.rpc.retryinfo-bin``, which the OpenTelemetry exporters honour) when the client
+should retry. Partial success is reported in the response.
 """
 
 from __future__ import annotations

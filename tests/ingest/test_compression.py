@@ -1,0 +1,312 @@
+"""Compressed input: the codecs on their own, and `agent-replay import` of the files the
+Collector's file exporter writes with ``compression: zstd`` (both of its layouts) and of
+gzip'd or zstd'd files, read whole and in blocks."""
+
+import base64
+import contextlib
+import gzip
+import io
+import json
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+from backports import zstd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agent_replay.ingest as ingest
+from agent_replay import CheckpointStore
+from agent_replay.ingest import compression, detect_format, import_into, load_many
+from agent_replay.ingest.compression import Inflated, Undecodable
+
+SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
+SPANS = SHARED / "fixtures" / "generated" / "otel_event_only.jsonl"
+LOGS = SHARED / "fixtures" / "generated" / "otel_event_only.logs.jsonl"
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def zstd_compress(data: bytes) -> bytes:
+    """One zstd frame with its checksum, as the Collector's encoder writes it."""
+    return zstd.compress(data, options={zstd.CompressionParameter.checksum_flag: 1})
+
+
+COMPRESS = {"gzip": gzip.compress, "deflate": zlib.compress, "zstd": zstd_compress}
+
+
+# -- the codecs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_each_codec_inflates_what_it_compressed(codec):
+    data = b'{"resourceSpans": []}\n' * 1000
+    assert compression.decompress(COMPRESS[codec](data), codec) == data
+    assert compression.decompress(COMPRESS[codec](b""), codec) == b""
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_concatenated_members_and_frames_are_read_in_order(codec):
+    """`cat a.gz b.gz`, and the zstd frames a Collector writes one flush at a time."""
+    parts = [b"first line\n", b"", b"second line\n"]
+    packed = b"".join(COMPRESS[codec](p) for p in parts)
+    assert compression.decompress(packed, codec) == b"".join(parts)
+    with compression.open_stream(io.BytesIO(packed), codec) as stream:
+        assert stream.read() == b"".join(parts)
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_a_bomb_stops_at_the_limit(codec):
+    bomb = COMPRESS[codec](b"\0" * (8 << 20))
+    assert len(bomb) < 64 << 10  # small on the wire
+    with pytest.raises(Inflated, match=f"{codec} data inflates beyond 1 MiB"):
+        compression.decompress(bomb, codec, 1 << 20)
+    assert len(compression.decompress(bomb, codec, 8 << 20)) == 8 << 20  # the limit itself
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_cut_and_corrupt_data_are_undecodable(codec):
+    packed = COMPRESS[codec](b"x" * 5000 + bytes(range(256)))
+    with pytest.raises(Undecodable, match=r"cut short|corrupt"):
+        compression.decompress(packed[: len(packed) // 2], codec)
+    with pytest.raises(Undecodable, match="corrupt"):
+        compression.decompress(packed[:2] + b"\xff" * 20, codec)
+
+
+@FUZZ
+@given(codec=st.sampled_from(sorted(COMPRESS)), data=st.binary(max_size=300))
+def test_any_bytes_inflate_or_raise_undecodable(codec, data):
+    try:
+        out = compression.decompress(data, codec, 1 << 16)
+    except Undecodable:
+        return
+    assert len(out) <= 1 << 16
+
+
+@FUZZ
+@given(
+    codec=st.sampled_from(sorted(COMPRESS)),
+    data=st.binary(max_size=2000),
+    cut=st.integers(0, 100),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+)
+def test_damaged_compressed_data_inflates_or_raises_undecodable(codec, data, cut, flips):
+    """Real compressed data cut short or with bytes changed: never another exception."""
+    packed = bytearray(COMPRESS[codec](data))
+    for position, value in flips:
+        packed[position % len(packed)] = value
+    damaged = bytes(packed[: len(packed) - cut])
+    with contextlib.suppress(Undecodable):
+        compression.decompress(damaged, codec)
+    if codec != "deflate":
+        with (
+            contextlib.suppress(compression.stream_errors()),
+            compression.open_stream(io.BytesIO(damaged), codec) as stream,
+        ):
+            stream.read()
+
+
+def test_without_a_zstd_codec_the_error_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(compression, "_zstd_module", lambda: None)
+    assert compression.available() == ("gzip", "deflate")
+    path = tmp_path / "traces.jsonl.zst"
+    path.write_bytes(zstd_compress(SPANS.read_bytes()))
+    result = load_many([path])
+    (error,) = result.errors
+    assert 'pip install "trajectory-causal-attribution[zstd]"' in str(error)
+    assert str(path) in str(error)
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def otlp_lines() -> list[bytes]:
+    """OTLP/JSON Lines requests (spans, then their event-only logs)."""
+    return [
+        line.encode()
+        for path in (SPANS, LOGS)
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def proto_messages() -> list[bytes]:
+    """The same requests as OTLP protobuf messages."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    out = []
+    for line in otlp_lines():
+        doc = json.loads(line)
+        cls = ExportTraceServiceRequest if "resourceSpans" in doc else ExportLogsServiceRequest
+        for item in _walk(doc):  # OTLP/JSON ids are hex; json_format wants base64
+            for key in ("traceId", "spanId", "parentSpanId"):
+                if isinstance(item.get(key), str):
+                    item[key] = base64.b64encode(bytes.fromhex(item[key])).decode()
+        out.append(json_format.ParseDict(doc, cls()).SerializeToString())
+    return out
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk(item)
+
+
+def prefixed(messages: list[bytes]) -> bytes:
+    """Each message after its length (4 bytes, big-endian): `exportMessageAsBuffer`."""
+    return b"".join(len(m).to_bytes(4, "big") + m for m in messages)
+
+
+def collector_file(layout: str) -> bytes:
+    """What the Collector's file exporter writes, by its code (exporter/fileexporter):
+    ``json``/``proto`` uncompressed; with ``compression: zstd`` each message compressed on its
+    own (``EncodeAll``) and length-prefixed whatever the format (the default), or, with the
+    native-compression feature gate, the file one zstd stream of frames (one per flush) over
+    JSON Lines or length-prefixed protobuf."""
+    lines, messages = otlp_lines(), proto_messages()
+    if layout == "json":
+        return b"".join(line + b"\n" for line in lines)
+    if layout == "proto":
+        return prefixed(messages)
+    if layout == "json+zstd":
+        return prefixed([zstd_compress(line) for line in lines])
+    if layout == "proto+zstd":
+        return prefixed([zstd_compress(m) for m in messages])
+    if layout == "json+zstd-native":
+        return b"".join(zstd_compress(line + b"\n") for line in lines)
+    if layout == "proto+zstd-native":
+        return b"".join(zstd_compress(prefixed([m])) for m in messages)
+    raise AssertionError(layout)
+
+
+LAYOUTS = ["json", "proto", "json+zstd", "proto+zstd", "json+zstd-native", "proto+zstd-native"]
+
+
+def content(trajectories) -> list:
+    """What was imported, without where from (file names are in the metadata)."""
+    return [
+        (
+            t.session_id,
+            t.metadata["capture"],
+            [(s.span_id, s.agent, s.input_hash, s.output_hash) for s in t.steps],
+        )
+        for t in trajectories
+    ]
+
+
+@pytest.fixture(scope="module")
+def expected():
+    plain = load_many([SPANS, LOGS])
+    assert plain.trajectories and not plain.warnings
+    return plain
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_collector_file_layout_imports_as_the_plain_files(layout, tmp_path, expected):
+    path = tmp_path / "traces"
+    path.write_bytes(collector_file(layout))
+    result = load_many([path])
+    assert not result.errors and not result.warnings
+    assert result.spans == expected.spans
+    assert content(result.trajectories) == content(expected.trajectories)
+    assert result.sources[0].format == ("otlp-json" if layout.startswith("json") else "otlp-proto")
+    assert detect_format(path.read_bytes()) == result.sources[0].format
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layout_stores_the_same_in_blocks(layout, tmp_path, monkeypatch, expected):
+    """Read a message or line at a time (a Collector file without rotation can be larger than
+    memory), each layout stores what the plain files store."""
+    path = tmp_path / "traces"
+    path.write_bytes(collector_file(layout))
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 64)
+    with CheckpointStore(tmp_path / "blocks.sqlite") as store:
+        result = import_into(store, [path])
+        stored = content(store.load(s) for s in store.session_ids())
+    assert not result.errors and not result.warnings
+    assert stored == content(expected.trajectories)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize("layout", ["json", "proto"])
+def test_a_compressed_file_is_read_as_a_stream(codec, layout, tmp_path, monkeypatch, expected):
+    """`gzip traces.jsonl` / `zstd traces.jsonl`: large ones decompressed as they are read."""
+    path = tmp_path / f"traces.{codec}"
+    path.write_bytes(COMPRESS[codec](collector_file(layout)))
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 64)
+    assert ingest._parse_source(path, "auto").__next__().format in ("otlp-json", "otlp-proto")
+    blocks = list(ingest._parse_source(path, "auto"))
+    assert len(blocks) > 1  # read in blocks, not whole
+    result = load_many([path])
+    assert not result.errors and result.spans == expected.spans
+
+
+@pytest.mark.parametrize("layout", ["json+zstd", "proto+zstd", "json+zstd-native"])
+def test_a_damaged_message_is_rejected_and_the_rest_lands(layout, tmp_path):
+    data = bytearray(collector_file(layout))
+    if layout.endswith("native"):
+        data = data[: len(data) - 5]  # the last frame cut short: the stream fails there
+    else:
+        offsets, offset = [], 0
+        while offset < len(data):
+            offsets.append(offset)
+            offset += 4 + int.from_bytes(data[offset : offset + 4], "big")
+        last = offsets[-1]  # the last message (a logs request): its frame damaged
+        data[last + 4 + int.from_bytes(data[last : last + 4], "big") // 2] ^= 0xFF
+    path = tmp_path / "traces"
+    path.write_bytes(bytes(data))
+    for block_bytes in (1 << 30, 64):
+        ingest.BLOCK_BYTES, saved = block_bytes, ingest.BLOCK_BYTES
+        try:
+            result = load_many([path])
+        finally:
+            ingest.BLOCK_BYTES = saved
+        if layout.endswith("native"):
+            (error,) = result.errors  # a zstd stream cut short cannot be read past the cut
+            assert "zstd" in str(error)
+        else:
+            assert not result.errors and result.trajectories
+            assert f"message {len(offsets) - 1} at byte {last}: corrupt zstd" in result.warnings[0]
+
+
+@FUZZ
+@given(
+    messages=st.lists(
+        st.sampled_from(range(4)) | st.binary(min_size=1, max_size=40),
+        min_size=1,
+        max_size=6,
+    ),
+    block=st.integers(1, 400),
+)
+def test_zstd_message_streams_read_in_blocks_read_as_read_whole(messages, block):
+    """Length-prefixed zstd frames of good requests, bad frames and raw junk: the same spans,
+    warnings and errors read whole and in blocks of any size, and never an internal error."""
+    lines = otlp_lines()
+    records = [
+        zstd_compress(lines[m % len(lines)]) if isinstance(m, int) else zstd_compress(m)
+        for m in messages
+    ]
+    data = prefixed([zstd_compress(lines[0]), *records])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "traces"
+        path.write_bytes(data)
+        results = []
+        for size in (1 << 30, block):
+            ingest.BLOCK_BYTES, saved = size, ingest.BLOCK_BYTES
+            try:
+                results.append(load_many([path]))
+            finally:
+                ingest.BLOCK_BYTES = saved
+    whole, blocks = results
+    assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors] == []
+    assert blocks.warnings == whole.warnings
+    assert blocks.spans == whole.spans
+    assert all("internal error" not in w for w in whole.warnings)
