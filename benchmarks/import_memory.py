@@ -9,11 +9,16 @@ made with the real OpenTelemetry SDK as ``ingest.py`` makes them) are imported b
 * ``load_many`` + ``save_many``: every file read and assembled in memory, then stored (how
   ``agent-replay import`` worked before staging).
 
+``--compress gzip`` or ``zstd`` compresses each file whole; ``--compress collector-zstd``
+writes what the Collector's file exporter writes with ``compression: zstd``: every message a
+zstd frame after its 4-byte length.
+
 Each runs in a fresh process, so its peak resident memory (``VmHWM`` of ``/proc/self/status``:
 Linux's ``ru_maxrss`` of a child started from a large parent reports the parent's size) is its
 own.
 
     python benchmarks/import_memory.py [--files 8] [--traces 500] [--single] [--proto]
+        [--compress gzip|zstd|collector-zstd]
 """
 
 from __future__ import annotations
@@ -30,21 +35,33 @@ HERE = Path(__file__).resolve().parent
 
 
 def write_files(
-    directory: Path, files: int, traces: int, single: bool = False, proto: bool = False
+    directory: Path,
+    files: int,
+    traces: int,
+    single: bool = False,
+    proto: bool = False,
+    compress: str | None = None,
 ) -> list[Path]:
-    """Collector file-exporter files: JSON Lines, or length-prefixed protobuf (``proto``)."""
+    """Collector file-exporter files: JSON Lines, or length-prefixed protobuf (``proto``),
+    compressed as ``compress`` says (see the module docs)."""
     sys.path.insert(0, str(HERE))
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+    from agent_replay.ingest.compression import zstd
     from ingest import batches, record_runs, to_json_line
 
     def encoded(batch) -> bytes:
         if proto:
             message = encode_spans(batch).SerializeToString()
-            return len(message).to_bytes(4, "big") + message
-        return (to_json_line(encode_spans(batch)) + "\n").encode()
+        else:
+            message = to_json_line(encode_spans(batch)).encode()
+        if compress == "collector-zstd":
+            message = zstd().compress(message)
+        elif not proto:
+            return message + b"\n"
+        return len(message).to_bytes(4, "big") + message
 
-    suffix = ".binpb" if proto else ".jsonl"
+    suffix = {None: ".binpb" if proto else ".jsonl", "gzip": ".gz"}.get(compress, ".zst")
     spans = record_runs(files * traces, 4)
     per_file = len(spans) // files
     paths = []
@@ -59,7 +76,13 @@ def write_files(
             for path in paths:
                 out.write(path.read_bytes())
                 path.unlink()
-        return [whole]
+        paths = [whole]
+    if compress in ("gzip", "zstd"):
+        import gzip
+
+        squeeze = gzip.compress if compress == "gzip" else zstd().compress
+        for path in paths:
+            path.write_bytes(squeeze(path.read_bytes()))
     return paths
 
 
@@ -99,6 +122,7 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=500, help="agent runs per file")
     parser.add_argument("--single", action="store_true", help="all the runs in one file")
     parser.add_argument("--proto", action="store_true", help="protobuf files, not OTLP/JSON")
+    parser.add_argument("--compress", choices=["gzip", "zstd", "collector-zstd"])
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)  # way, db: the child
     parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -107,10 +131,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        paths = write_files(directory, args.files, args.traces, args.single, args.proto)
+        paths = write_files(
+            directory, args.files, args.traces, args.single, args.proto, args.compress
+        )
         size = sum(p.stat().st_size for p in paths) / 2**20
         print(
-            f"{len(paths)} {'OTLP protobuf' if args.proto else 'OTLP/JSON'} file(s), "
+            f"{len(paths)} {'OTLP protobuf' if args.proto else 'OTLP/JSON'} file(s)"
+            f"{', ' + args.compress if args.compress else ''}, "
             f"{args.files * args.traces // len(paths)} agent runs "
             f"each, {size:.1f} MiB in all; each way in a fresh process"
         )

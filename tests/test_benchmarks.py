@@ -32,6 +32,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
             ["import_into (staged)", "load_many + save_many"],
         ),
         (
+            "import_memory.py --files 2 --traces 5 --single --compress collector-zstd",
+            ["collector-zstd", "import_into (staged)", "load_many + save_many"],
+        ),
+        (
             "ingest.py --traces 10 --repeats 1 --receiver-traces 20",
             ["OTLP/JSON import", "protobuf decode", "receiver http", "receiver grpc"],
         ),
