@@ -103,7 +103,7 @@ def decompress(data: bytes, codec: str, limit: int = MAX_INFLATED) -> bytes:
     errors = stream_errors()
     parts: list[bytes] = []
     size = 0
-    while True:
+    while data:  # nothing at all inflates to nothing, as a stream reads it
         inflater = _decompressor(codec)
         try:
             part = inflater.decompress(data, limit - size + 1)
@@ -116,8 +116,11 @@ def decompress(data: bytes, codec: str, limit: int = MAX_INFLATED) -> bytes:
         if not inflater.eof:
             raise Undecodable(f"{codec} data is cut short")
         data = inflater.unused_data
-        if not data or codec == DEFLATE:
-            return b"".join(parts)
+        if codec == GZIP:
+            data = data.lstrip(b"\0")  # zero padding after a member, as gzip.open allows
+        if codec == DEFLATE:
+            break
+    return b"".join(parts)
 
 
 def open_stream(raw: IO[bytes], codec: str) -> IO[bytes]:
