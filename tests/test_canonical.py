@@ -205,3 +205,21 @@ def test_c_encoder_matches_json_encoder(value):
     ).encode
     prepared = canonical._prepare(value)
     assert canonical._dumps(prepared) == reference(prepared)
+
+
+@given(values)
+def test_a_snapshot_is_what_storing_gives_back_and_shares_nothing(value):
+    copy = canonical.snapshot(value)
+    assert canonical.encode(copy) == canonical.encode(value)
+    assert same(copy, value)
+    if isinstance(value, (list, dict, set, bytearray)):
+        assert copy is not value
+
+
+def test_a_snapshot_is_detached_from_what_the_caller_keeps_changing():
+    messages = [{"role": "user", "content": ["hi"]}]
+    inputs = {"messages": messages, "n": 1}
+    copy = canonical.snapshot(inputs)
+    messages.append({"role": "assistant"})
+    messages[0]["content"].append("edited")
+    assert copy == {"messages": [{"role": "user", "content": ["hi"]}], "n": 1}

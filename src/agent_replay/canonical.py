@@ -36,6 +36,7 @@ __all__ = [
     "encode",
     "encode_and_hash",
     "hash_value",
+    "snapshot",
 ]
 
 #: ``prev_hash`` of the first step of every chain.
@@ -123,6 +124,23 @@ def encode_and_hash(value: Any, memo: Memo | None = None) -> tuple[bytes, str]:
     """``(encode(value, memo), digest(...))`` in one call."""
     data = encode(value, memo)
     return data, hashlib.sha256(data).hexdigest()
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` detached from whoever else holds it, equal to it and of the same types (what
+    :func:`decode` of its :func:`encode` gives): later changes to the caller's objects - an
+    agent appending to the message list it passed to a step - cannot reach the copy. Scalars
+    come back as they are and a dict of scalars as a shallow copy; anything else makes the
+    round trip. Raises :class:`CanonicalEncodingError` as :func:`encode` does."""
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if t is dict and all(type(v) in _SCALARS for v in value.values()):
+        return dict(value)  # its keys are hashable, so unchangeable for all that matters here
+    return decode(encode(value))
 
 
 def hash_value(value: Any) -> str:

@@ -1,5 +1,8 @@
+import pytest
+
 from agent_replay import CheckpointStore, ReplayPlan, diff, fork, record, replay, resume
 from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+from agent_replay.errors import PlanError, StoreError
 
 
 def failing_demo_run():
@@ -84,3 +87,71 @@ def test_factual_replay_of_the_demo_reproduces_the_failure():
             support_agent, run, ReplayPlan.factual(), seed=seed, verifier=refund_approved
         )
         assert result.failed and result.result == run.outcome.result
+
+
+def test_resume_runs_the_step_whose_failure_ended_the_run_again():
+    service = {"up": False}
+
+    def fetch():
+        if not service["up"]:
+            raise ConnectionError("transient network error")
+        return "data"
+
+    def agent(ctx):
+        plan = ctx.llm("plan", produce=lambda: "fetch it")
+        return [plan, ctx.tool("fetch", produce=fetch, side_effects=True)]
+
+    crashed = record(agent, session_id="crashy")
+    assert crashed.outcome.failed and crashed.steps[-1].error["type"] == "ConnectionError"
+    service["up"] = True
+    resumed = resume(agent, crashed)
+    assert resumed.outcome.result == ["fetch it", "data"] and not resumed.outcome.failed
+    assert resumed.lineage.parent_session == "crashy" and resumed.lineage.fork_step == 1
+    assert resumed.steps[0].step_hash == crashed.steps[0].step_hash
+    assert resumed.steps[1].error is None
+
+
+def test_recorded_steps_keep_what_they_were_given_and_gave_back(db_path):
+    """The usual agent loop appends to the message list it passes: each step keeps the
+    history as it was at that call, the chain verifies and equals what the store holds."""
+
+    def agent(ctx):
+        messages = [{"role": "user", "content": "hi"}]
+        for i in range(3):
+            reply = ctx.llm("chat", produce=lambda i=i: {"content": [f"r{i}"]}, messages=messages)
+            messages.append({"role": "assistant", "content": reply["content"]})
+            reply["content"].append("changed by the agent")
+        return len(messages)
+
+    with CheckpointStore(db_path) as store:
+        traj = record(agent, session_id="loop")
+        traj.verify()
+        assert [len(s.inputs["messages"]) for s in traj.steps] == [1, 2, 3]
+        assert [s.action for s in traj.steps] == [{"content": [f"r{i}"]} for i in range(3)]
+        store.save(traj)
+        assert store.load("loop").steps == traj.steps
+        child = fork(agent, traj, at_step=1, do={"content": ["forced"]}, store=store)
+        child.verify()
+        assert child.steps[1].action == {"content": ["forced"]}
+        assert [len(s.inputs["messages"]) for s in child.steps] == [1, 2, 3]
+
+
+def test_fork_ids_and_bad_interventions_are_refused_before_anything_runs(db_path):
+    calls = []
+
+    def agent(ctx):
+        calls.append(1)
+        return ctx.llm("a", produce=lambda: ctx.rng.random())
+
+    traj = record(agent, session_id="base")
+    with CheckpointStore(db_path) as store:
+        store.save(traj)
+        first = fork(agent, traj, at_step=0, do=0.5, store=store)
+        second = fork(agent, traj, at_step=0, do=0.25, store=store)
+        assert (first.session_id, second.session_id) == ("base-fork-0", "base-fork-0-2")
+        calls.clear()
+        with pytest.raises(StoreError, match="already exists"):
+            fork(agent, traj, at_step=0, do=0.1, session_id="base-fork-0", store=store)
+        with pytest.raises(PlanError, match="needs a mapping"):
+            fork(agent, traj, at_step=0, edit="x")
+        assert calls == []

@@ -212,6 +212,83 @@ def test_side_effects_never_run_live():
     assert traj.steps[-1].resamplable is False
 
 
+def test_a_side_effect_declared_resamplable_is_still_never_run_live():
+    """`resamplable=True` does not lift the guard: neither the action nor the observation of
+    a `side_effects=True` tool runs during a replay, under any plan that re-draws it."""
+    ran = []
+
+    def agent(ctx):
+        draft = ctx.llm("draft", produce=lambda: ctx.rng.choice(["p", "q", "r"]))
+        return ctx.tool(
+            "send",
+            produce=lambda: ran.append("produce") or draft,
+            observe=lambda action: ran.append("observe") or "ok",
+            side_effects=True,
+            resamplable=True,
+            body=draft,
+        )
+
+    traj = record(agent)
+    ran.clear()
+    for plan in (ReplayPlan.ablate_from(0), ReplayPlan.ablate_from(1)):
+        for seed in range(10):
+            result = replay(agent, traj, plan, seed=seed)
+            assert 1 in result.held_unresamplable or result.blocked_side_effects
+    for asked in (
+        ReplayPlan.factual().edit(1, {"body": "x"}),
+        ReplayPlan.factual().swap_model("m", 1),
+    ):
+        with pytest.raises(PlanError, match="has side effects"):
+            replay(agent, traj, asked)
+    assert ran == []
+
+
+def test_strict_mode_raises_when_the_run_makes_fewer_calls():
+    def agent(ctx, n):
+        return [ctx.llm(f"s{i}", produce=lambda: 1) for i in range(n)]
+
+    traj = record(agent, {"n": 3})
+    with pytest.raises(ReplayDivergenceError, match="made 2 of 3 recorded calls") as caught:
+        replay(lambda ctx, n: agent(ctx, 2), traj, strict=True)
+    assert caught.value.position == 2 and caught.value.live == "(run ended)"
+    relaxed = replay(lambda ctx, n: agent(ctx, 2), traj)
+    assert relaxed.diverged and relaxed.divergence.live == "(run ended)"
+
+
+def test_forced_and_mocked_values_are_handed_out_fresh_each_rollout():
+    """An agent that changes what it is handed changes neither the plan nor other rollouts."""
+
+    def mutator(ctx):
+        a = ctx.llm("a", produce=lambda: ["x"])
+        a.append("mut-a")
+        b = ctx.tool("b", produce=lambda: "go", observe=lambda action: ["obs"])
+        b.append("mut-b")
+        return a, b
+
+    traj = record(mutator)
+    plan = ReplayPlan.factual().force(0, ["F"]).observe(1, ["O"])
+    results = [replay(mutator, traj, plan).result for _ in range(3)]
+    assert results == [(["F", "mut-a"], ["O", "mut-b"])] * 3
+    assert plan.forced[0] == ["F"] and plan.observed[1] == ["O"]
+
+
+def test_an_exception_that_cannot_be_printed_is_still_the_outcome():
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("str fails")
+
+    def agent(ctx):
+        if ctx.llm("x", produce=lambda: ctx.rng.random()) > 0.5:
+            raise Unprintable()
+        return "fine"
+
+    traj = record(agent, seed=0)
+    outcomes = [replay(agent, traj, ReplayPlan.ablate_from(0), seed=s) for s in range(20)]
+    crashed = [o for o in outcomes if o.exception]
+    assert crashed and all(o.failed for o in crashed)
+    assert crashed[0].exception["type"].endswith("Unprintable")
+
+
 def test_forcing_a_side_effect_needs_a_mock_observation():
     def agent(ctx):
         return ctx.tool(
@@ -283,3 +360,21 @@ def test_async_agents_replay_the_same_way():
     traj = record(agent, {"n": 3}, seed=2)
     assert replay(agent, traj).result == traj.outcome.result
     assert replay(agent, traj, ReplayPlan.ablate_from(1), seed=3).result != traj.outcome.result
+
+
+def test_now_off_the_recorded_path_is_the_recordings_clock():
+    def agent(ctx):
+        pick = ctx.llm("pick", produce=lambda: ctx.rng.random())
+        first = ctx.now()
+        ctx.tool("work", produce=lambda: pick * 2)
+        return [first, ctx.now()]
+
+    traj = record(agent, seed=3)
+    runs = [replay(agent, traj, ReplayPlan.ablate_from(0), seed=s) for s in range(6)]
+    changed = [r for r in runs if r.branch_at is not None]
+    assert changed
+    for run in changed:
+        again = replay(agent, traj, ReplayPlan.ablate_from(0), seed=run.seed)
+        assert again.result == run.result  # reproducible, not the wall clock
+        first, second = run.result
+        assert first == traj.steps[1].started_ns / 1e9 and second >= first

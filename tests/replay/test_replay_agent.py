@@ -4,9 +4,10 @@ from typing import ClassVar
 
 import pytest
 
-from agent_replay import ReplayPlan, replay, replayable_agent
+from agent_replay import ReplayPlan, attribute, replay, replayable_agent
+from agent_replay.errors import PlanError
 from agent_replay.model import StepDraft, StepKind, Trajectory
-from agent_replay.replay.policies import OpenAIChatPolicy, ScriptedPolicy
+from agent_replay.replay.policies import OpenAIChatPolicy, PolicyError, ScriptedPolicy
 from fake_openai import chat_completion, send_json, serving
 
 
@@ -112,11 +113,12 @@ def test_legacy_two_argument_policies_still_work():
 class _ChatServer(BaseHTTPRequestHandler):
     requests: ClassVar[list] = []
     fail_first = True
+    always_fail = False
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append((self.path, body))
-        if type(self).fail_first:
+        if type(self).fail_first or type(self).always_fail:
             type(self).fail_first = False
             send_json(self, {"error": {"message": "try again"}}, status=500)
             return
@@ -132,6 +134,7 @@ class _ChatServer(BaseHTTPRequestHandler):
 def chat_server():
     _ChatServer.requests = []
     _ChatServer.fail_first = True
+    _ChatServer.always_fail = False
     with serving(_ChatServer) as base_url:
         yield base_url
 
@@ -155,3 +158,32 @@ def test_openai_policy_with_the_real_client_and_its_retries(chat_server):
     assert body["messages"][0] == {"role": "system", "content": "You are Writer."}
     assert body["messages"][-1]["content"].startswith("The archive says")
     assert isinstance(body["seed"], int)
+
+
+def test_an_import_without_a_policy_cannot_be_forced_edited_or_model_swapped():
+    traj = group_chat()
+    agent = replayable_agent(traj, {"agent:Writer": ScriptedPolicy([[parts("assistant", "x")]])})
+    assert agent.observation_only == (0, 1)
+    for plan in (
+        ReplayPlan.factual().force(1, [parts("assistant", "forced")]),
+        ReplayPlan.factual().edit(0, {"messages": []}),
+        ReplayPlan.factual().swap_model("big", 1),
+    ):
+        with pytest.raises(PlanError, match="observation-only"):
+            replay(agent, traj, plan)
+    swapped = replay(agent, traj, ReplayPlan.factual().swap_model("big", 2))
+    assert swapped.live_steps == 1  # a step named in swap_model is re-drawn, not held
+
+
+def test_a_failing_policy_stops_the_replay_instead_of_failing_the_run(chat_server):
+    """An endpoint that answers 500 is not the agent failing: replay raises PolicyError (and
+    so does an analysis), no rollout outcome is made up."""
+    _ChatServer.fail_first = False
+    _ChatServer.always_fail = True
+    traj = group_chat()
+    policy = OpenAIChatPolicy(base_url=chat_server, api_key="k", model="m", max_retries=0)
+    agent = replayable_agent(traj, {"agent:Writer": policy})
+    with pytest.raises(PolicyError, match=r"step 2 .* resample policy 'agent:Writer' failed"):
+        replay(agent, traj, ReplayPlan.ablate_from(0), verifier=lambda r: 1.0)
+    with pytest.raises(PolicyError):
+        attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=10)

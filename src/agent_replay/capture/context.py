@@ -38,6 +38,7 @@ from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from .._version import __version__
+from ..canonical import snapshot
 from ..errors import RecordedStepError
 from ..model import StepKind
 from .seeds import ContextRandom, KeyedRandom
@@ -157,6 +158,15 @@ class StepResult:
     trace_id: str | None
     span_id: str | None
     parent_span_id: str | None
+
+    def detach(self) -> None:
+        """Hold copies of the action and observation (:func:`canonical.snapshot`), so that
+        what the agent later does to the objects it got back cannot change the record.
+        Raises :class:`~agent_replay.errors.CanonicalEncodingError` for a value that has no
+        canonical form."""
+        self.action = snapshot(self.action)
+        if self.observed:
+            self.observation = snapshot(self.observation)
 
 
 class Driver(Protocol):
@@ -541,7 +551,16 @@ def _takes_argument(fn: Callable[..., Any]) -> bool:
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """The stored form of an exception a step raised."""
     cls = type(exc)
-    return {"type": cls.__qualname__, "module": cls.__module__, "message": str(exc)}
+    return {"type": cls.__qualname__, "module": cls.__module__, "message": exception_text(exc)}
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when the exception's ``__str__`` itself fails (as the
+    traceback module prints it): describing a failure must not fail."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<exception str() failed: {type(exc).__qualname__}>"
 
 
 def rebuild_exception(error: Mapping[str, Any]) -> BaseException:

@@ -10,6 +10,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from ..canonical import snapshot
 from ..errors import CanonicalEncodingError
 from ..model import GENESIS_HASH, Step, StepDraft, StepKind, Trajectory
 from .context import (
@@ -92,7 +93,12 @@ class Recorder:
     def commit(
         self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
     ) -> None:
-        draft = step_draft(call, call.inputs, result)
+        try:  # the step as it is now: the agent may change the objects it passed or got back
+            inputs = snapshot(call.inputs)
+            result.detach()
+        except CanonicalEncodingError:
+            inputs = call.inputs  # sealing says which value of which step cannot be stored
+        draft = step_draft(call, inputs, result)
         with self._seal_lock:
             self._pending[decision.position] = draft
             while len(self.steps) in self._pending:

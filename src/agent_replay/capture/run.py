@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import VerifierError
 from ..model import Outcome
-from .context import activate, deactivate
+from .context import activate, deactivate, exception_text
 
 __all__ = ["arun_agent", "call_agent", "is_async_agent", "judge", "run_agent", "run_coroutine"]
 
@@ -170,6 +170,6 @@ def describe_failure(error: BaseException) -> dict[str, Any]:
     return {
         "type": type(error).__qualname__,
         "module": type(error).__module__,
-        "message": str(error),
+        "message": exception_text(error),
         "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
     }

@@ -35,7 +35,15 @@ from .common import (
 @click.option("--remove", is_flag=True, help="Remove the step.")
 @click.option("--observe", "observe_text", default=None, help="Mock the observation (JSON).")
 @click.option("--model", default=None, help="Re-draw from here with this model hint.")
-@click.option("--child", "child_id", default=None, help="Session id of the branch.")
+@click.option(
+    "--edit", "edit_text", default=None, help="Re-draw the step with these inputs replaced (JSON)."
+)
+@click.option(
+    "--child",
+    "child_id",
+    default=None,
+    help="Session id of the branch (default SESSION-fork-STEP, or -2, -3, ... when taken).",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @json_option
 def fork_command(
@@ -49,13 +57,21 @@ def fork_command(
     remove: bool,
     observe_text: str | None,
     model: str | None,
+    edit_text: str | None,
     child_id: str | None,
     seed: int,
     as_json: bool,
 ) -> None:
     """Record a branch: the recorded prefix, one intervention, then a live continuation."""
+    given = [do_text, observe_text, model, edit_text]
+    if sum(value is not None for value in given) + remove != 1:
+        raise click.UsageError(
+            "fork needs exactly one of --do, --remove, --observe, --model or --edit"
+        )
     verifier = load_optional(verifier_spec, "--verifier")
     kwargs: dict = {}
+    if edit_text is not None:
+        kwargs["edit"] = parse_json_arg(edit_text, "--edit")
     if do_text is not None:
         kwargs["do"] = parse_json_arg(do_text, "--do")
     if observe_text is not None:
@@ -88,27 +104,38 @@ def fork_command(
 @click.command("resume")
 @db_option
 @session_option
-@agent_option
+@click.option(
+    "--agent",
+    "agent_spec",
+    required=True,
+    help="module:function of your agent: it continues live past the recording's end.",
+)
 @verifier_option
 @click.option("--child", "child_id", default=None, help="Session id of the resumed run.")
 def resume_command(
     db: Path,
     session_id: str,
-    agent_spec: str | None,
+    agent_spec: str,
     verifier_spec: str | None,
     child_id: str | None,
 ) -> None:
-    """Fast-forward through a recording and continue live past its end."""
-    if agent_spec is None:
-        raise click.UsageError("resume needs --agent: it continues your agent live")
+    """Fast-forward through a recording and continue live past its end (a run whose last
+    step failed runs that step again)."""
     agent = load_entrypoint(agent_spec, "--agent")
     verifier = load_optional(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         traj = store.load(session_id)
         resumed = resume(agent, traj, session_id=child_id, verifier=verifier, store=store)
+    served = resumed.lineage.fork_step if resumed.lineage else len(traj.steps)
+    outcome = resumed.outcome
+    verdict = (
+        ""
+        if outcome is None or outcome.failed is None
+        else (", failed" if outcome.failed else ", passed")
+    )
     click.echo(
-        f"resumed {session_id} -> {resumed.session_id}: {len(traj.steps)} steps "
-        f"fast-forwarded, {len(resumed.steps) - len(traj.steps)} new"
+        f"resumed {session_id} -> {resumed.session_id}: {served} steps "
+        f"fast-forwarded, {len(resumed.steps) - served} new{verdict}"
     )
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..capture.run import Verifier
-from ..errors import PlanError
+from ..errors import PlanError, StoreError
 from ..model import Lineage, Step, Trajectory
 from ..store import CheckpointStore
 from .plan import ReplayPlan
@@ -90,7 +90,7 @@ def fork(
         agent_fn,
         trajectory,
         plan,
-        session_id or f"{trajectory.session_id}-fork-{at_step}",
+        session_id or _free_id(store, f"{trajectory.session_id}-fork-{at_step}"),
         Lineage(trajectory.session_id, at_step, intervention),
         "fork",
         seed=seed,
@@ -114,13 +114,18 @@ def resume(
 
     Every recorded step is served as recorded; calls beyond the recording run live (side
     effects included: this continues the real run). A run that crashed while recording picks
-    up where it stopped. With ``store`` the resumed run is saved.
+    up where it stopped: when the crash came from its last step's failure (a tool that could
+    not reach its service), that step runs again live. With ``store`` the resumed run is saved.
     """
+    steps = trajectory.steps
+    crashed = bool(steps) and steps[-1].error is not None
+    if crashed and trajectory.outcome is not None and trajectory.outcome.error is not None:
+        trajectory = replace(trajectory, steps=steps[:-1])  # a prefix of a chain is a chain
     return _branch(
         agent_fn,
         trajectory,
         replace(ReplayPlan.factual(), resume=True),
-        session_id or f"{trajectory.session_id}-resumed",
+        session_id or _free_id(store, f"{trajectory.session_id}-resumed"),
         Lineage(trajectory.session_id, len(trajectory.steps), {"resume": True}),
         "resume",
         seed=seed,
@@ -144,7 +149,13 @@ def _branch(
     pass_context: bool,
 ) -> Trajectory:
     """Replay ``trajectory`` under ``plan`` and record the result as a child run (saved to
-    ``store`` when given)."""
+    ``store`` when given; a taken ``session_id`` is refused before anything runs)."""
+    target = _store_of(store)
+    if target is not None and session_id in target:
+        raise StoreError(
+            f"session {session_id!r} already exists in the store; give the new branch "
+            "another id (session_id=, or --child on the command line)"
+        )
     result = replay(
         agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
     )
@@ -155,10 +166,21 @@ def _branch(
         seed=trajectory.seed,
         metadata={"source": source},
     )
-    target = _store_of(store)
     if target is not None:
         target.save(child, replace=False)
     return child
+
+
+def _free_id(store: Any, wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``, ... when the store already holds it: a
+    second fork at the same step gets its own default id."""
+    target = _store_of(store)
+    if target is None or wanted not in target:
+        return wanted
+    n = 2
+    while f"{wanted}-{n}" in target:
+        n += 1
+    return f"{wanted}-{n}"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ Per step, one of:
 * **remove** - skip the step; the agent receives the step's declared ``default``;
 * **mock-observe** - keep the recorded action, serve ``value`` as the observation;
 * **edit-context** - replace part of the step's recorded inputs, then re-draw it;
-* **swap-model** - a model hint the policy reads as ``ctx.model_hint`` when it re-draws.
+* **swap-model** - a model hint the policy reads as ``ctx.model_hint`` when it re-draws (a
+  step named in :meth:`ReplayPlan.swap_model` is re-drawn, like an edited one).
 
 Steps a plan does not mention are held when they fall in its held set or prefix, and re-drawn
 otherwise. Plans are immutable values; :meth:`ReplayPlan.validate` checks one against a
@@ -19,7 +20,7 @@ trajectory before anything runs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,6 +105,11 @@ class ReplayPlan:
         return replace(self, observed={**self.observed, index: observation})
 
     def edit(self, index: int, inputs: Mapping[str, Any]) -> ReplayPlan:
+        if not isinstance(inputs, Mapping):
+            raise PlanError(
+                f"edit of step {index} needs a mapping of input names to new values, "
+                f"not {type(inputs).__name__}"
+            )
         return replace(self, edited={**self.edited, index: dict(inputs)})
 
     def swap_model(self, model: str, index: int | None = None) -> ReplayPlan:
@@ -121,7 +127,7 @@ class ReplayPlan:
             return REMOVE
         if index in self.observed:
             return MOCK_OBSERVE
-        if index in self.edited:
+        if index in self.edited or index in self.models:
             return RESAMPLE
         if index < self.hold_before or index in self.held:
             return HOLD
@@ -138,8 +144,10 @@ class ReplayPlan:
     def model_for(self, index: int) -> str | None:
         return self.models.get(index, self.model_override)
 
-    def validate(self, trajectory: Trajectory) -> None:
-        """Raise :class:`PlanError` when the plan cannot apply to ``trajectory``."""
+    def validate(self, trajectory: Trajectory, observation_only: Collection[int] = ()) -> None:
+        """Raise :class:`PlanError` when the plan cannot apply to ``trajectory``.
+        ``observation_only``: steps the agent cannot act on beyond those the recording marks
+        (an imported trace's steps without a resample policy)."""
         if not (
             self.held or self.forced or self.removed or self.observed or self.edited or self.models
         ):
@@ -160,9 +168,10 @@ class ReplayPlan:
                         f"plan {what} step {index!r}, but session {trajectory.session_id!r} "
                         f"has steps 0..{n - 1}"
                     )
+        fixed = set(observation_only)
         for index in self.forced:
             step = trajectory.steps[index]
-            if not step.resamplable and not step.side_effects:
+            if not step.side_effects and (not step.resamplable or index in fixed):
                 raise PlanError(
                     f"cannot force step {index} ({step.label}): it is observation-only (no "
                     "policy can act there); give it a resample policy or intervene elsewhere"
@@ -171,6 +180,19 @@ class ReplayPlan:
                 raise PlanError(
                     f"step {index} ({step.label}) has side effects: forcing its action needs a "
                     "mock observation too (observe=...), it is never executed live"
+                )
+        for index in sorted({*self.edited, *self.models}):
+            step = trajectory.steps[index]
+            how = "edit" if index in self.edited else "swap the model of"
+            if step.side_effects:
+                raise PlanError(
+                    f"cannot {how} step {index} ({step.label}): it has side effects, so it is "
+                    "never re-drawn during a replay; force it with a mock observation instead"
+                )
+            if not step.resamplable or index in fixed:
+                raise PlanError(
+                    f"cannot {how} step {index} ({step.label}): it is observation-only (no "
+                    "policy can re-draw it); give it a resample policy or intervene elsewhere"
                 )
         for index in self.edited:
             step = trajectory.steps[index]

@@ -10,7 +10,8 @@ returns a new output for the step, in the same shape as the recorded one. Built 
   surrogate simulations);
 * :class:`HoldPolicy` - re-drawing returns the recorded output (a deterministic step).
 
-Errors a policy raises are wrapped in :class:`PolicyError` naming the step, so a broken
+Errors a policy raises are wrapped in :class:`PolicyError` naming the step, which
+:func:`~agent_replay.replay` raises instead of making the rollout a failure: a broken
 endpoint is told apart from a failing agent. Third-party policies can be registered under the
 ``agent_replay.policies`` entry-point group and named in ``AGENT_REPLAY_POLICY``.
 """
@@ -78,7 +79,9 @@ class HoldPolicy:
 
 class ScriptedPolicy:
     """Outputs from a script: a list of alternatives (drawn with ``weights``), a function of
-    the request, or a mapping from step name (or index) to either."""
+    the request, or a mapping from step name (or index) to either. A list is always a list of
+    alternatives: an output that is itself a list (an OTel message list) is written
+    ``[messages]``."""
 
     def __init__(self, script: Any, *, weights: Sequence[float] | None = None) -> None:
         self.script = script

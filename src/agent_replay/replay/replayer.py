@@ -28,6 +28,7 @@ exception out of :func:`replay`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid as _uuid
 import weakref
@@ -65,6 +66,7 @@ from ..errors import (
 )
 from ..model import Lineage, Outcome, Step, StepDraft, Trajectory, chain_steps
 from .plan import FORCE, HOLD, MOCK_OBSERVE, REMOVE, ReplayPlan
+from .policies import PolicyError
 
 __all__ = ["Divergence", "ReplayResult", "Replayer", "areplay", "ensure_verified", "replay"]
 
@@ -185,6 +187,7 @@ class Replayer:
     same_at: int | None = None
     _effects: dict[tuple[int, str], deque] | None = None  # recorded now()/uuid(), on first use
     _uuid_count = 0
+    _clock = 0.0  # the latest now() this rollout served off the recorded path
     _body_base: int | None = None  # derived on first use
 
     def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int) -> None:
@@ -261,14 +264,20 @@ class Replayer:
                 run_produce=False,
                 action=_fresh(recorded.action),
                 observed=True,
-                observation=plan.observed[position],
+                observation=_fresh(plan.observed[position]),
                 state=("mocked", recorded),
             )
         if mode == FORCE:
             self.changed = True
             return self._forced(call, position, recorded)
-        # re-draw (possibly with edited inputs or a model hint)
-        if call.produce is None or not (recorded.resamplable and call.resamplable):
+        # re-draw (possibly with edited inputs or a model hint); a step with side effects is
+        # held whatever it declares: nothing of it runs live during a replay
+        if (
+            call.produce is None
+            or not (recorded.resamplable and call.resamplable)
+            or call.side_effects
+            or recorded.side_effects
+        ):
             self.held_unresamplable.append(position)
             return self._serve(call, recorded, position, exact=same_inputs)
         inputs = call.inputs
@@ -299,7 +308,8 @@ class Replayer:
         )
 
     def _forced(self, call: StepCall, position: int, recorded: Step) -> Decision:
-        action = self.plan.forced[position]
+        # a copy per rollout: the agent may change what it is handed, and the plan is shared
+        action = _fresh(self.plan.forced[position])
         decision = Decision(
             position=position,
             inputs=call.inputs,
@@ -309,7 +319,8 @@ class Replayer:
             state=("forced", recorded),
         )
         if position in self.plan.observed:
-            decision.observed, decision.observation = True, self.plan.observed[position]
+            decision.observed = True
+            decision.observation = _fresh(self.plan.observed[position])
         elif call.observe is not None:
             if call.side_effects or recorded.side_effects:
                 decision.exception = self._blocked(call, position, "its action was forced")
@@ -429,7 +440,12 @@ class Replayer:
                 if not self.changed:
                     self.branch_at = decision.position
                 self.changed = True
-        self.steps[decision.position] = (call, decision.inputs, result, label)
+        inputs = decision.inputs
+        with contextlib.suppress(CanonicalEncodingError):  # sealing reports such a value
+            inputs = canonical.snapshot(inputs)  # as it is now: the agent may change it later
+            if result is not None:
+                result.detach()
+        self.steps[decision.position] = (call, inputs, result, label)
 
     def _count_tokens(self, call: StepCall, recorded: Step | None) -> None:
         usage = call.attributes or {}
@@ -467,22 +483,48 @@ class Replayer:
                 self.seed, "uuid2", self._recording, ctx.position, self._uuid_count
             )
             return str(_uuid.UUID(int=bits, version=4))
+        if kind == "now":
+            return self._recorded_clock(ctx.position, live)
         return live()
 
+    def _recorded_clock(self, segment: int, live: Callable[[], Any]) -> float:
+        """``now()`` off the recorded path: the recording's own clock at this point (when
+        the step at ``segment`` started, or the recording's end past it), never earlier than
+        what this rollout was told before; so rollouts are reproducible, and an agent asking
+        the time sees the world's time of the recorded run. The wall clock only when the
+        recording holds no times at all."""
+        steps = self.recorded
+        if segment < len(steps) and steps[segment].started_ns is not None:
+            ns = steps[segment].started_ns
+        else:
+            ns = max((s.ended_ns or s.started_ns or 0 for s in steps), default=0)
+        value = ns / 1e9 if ns else live()
+        value = max(value, self._clock)
+        self._clock = value
+        return value
+
     def finish(self) -> None:
-        """Notice a run that ended before the recording did although nothing changed."""
+        """Notice a run that ended before the recording did although nothing changed (in
+        strict mode, a :class:`ReplayDivergenceError`)."""
         if (
             self.divergence is None
             and not self.changed
             and self.error is None
             and self.calls < len(self.recorded)
         ):
-            self.divergence = Divergence(
-                self.calls,
-                "(run ended)",
-                _describe_step(self.recorded[self.calls]),
-                f"the run made {self.calls} of {len(self.recorded)} recorded calls",
-            )
+            recorded = _describe_step(self.recorded[self.calls])
+            reason = f"the run made {self.calls} of {len(self.recorded)} recorded calls"
+            if self.plan.strict:
+                self.error = ReplayDivergenceError(
+                    f"replay of {self.trajectory.session_id!r} diverged at step {self.calls}: "
+                    f"{reason}.\n  live call: (run ended)\n  closest recorded calls:\n    "
+                    + recorded,
+                    position=self.calls,
+                    live="(run ended)",
+                    closest=[recorded],
+                )
+                return
+            self.divergence = Divergence(self.calls, "(run ended)", recorded, reason)
 
 
 class _Rejoined(BaseException):
@@ -636,6 +678,7 @@ def ensure_verified(trajectory: Trajectory) -> None:
 
 
 def _setup(
+    agent_fn: Callable[..., Any],
     trajectory: Trajectory,
     plan: ReplayPlan | None,
     seed: int,
@@ -651,7 +694,7 @@ def _setup(
         plan = replace(plan, strict=strict)
     if verify:
         ensure_verified(trajectory)
-    plan.validate(trajectory)
+    plan.validate(trajectory, getattr(agent_fn, "observation_only", ()))
     driver = Replayer(trajectory, plan, seed)
     driver.coupling = coupling
     driver.stop_if_same_at = stop_if_same_at if coupling is not None else None
@@ -669,15 +712,19 @@ def _setup(
 def _result(
     driver: Replayer, verifier: Verifier | None, result: Any, error: BaseException | None
 ) -> ReplayResult:
+    stopped = driver.same_at is not None or driver.rejoined is not None
+    if not stopped:
+        driver.finish()
     if driver.error is not None:
         raise driver.error
+    if isinstance(error, PolicyError):  # a broken endpoint, not the agent: no outcome
+        raise error
     coupling = driver.coupling
     if driver.same_at is not None:  # stopped on purpose: no outcome, only "reproduces"
         outcome, result, error = Outcome(), None, None
     elif driver.rejoined is not None:
         outcome, result, error = driver.rejoined, None, None
     else:
-        driver.finish()
         known = None
         if coupling is not None and not driver.changed and driver.divergence is None:
             known = coupling.lookup(driver.seed, len(driver.recorded))  # the factual verdict
@@ -739,7 +786,9 @@ def replay(
     ``seed`` keys the random streams of re-drawn steps (rollout ``seed`` of a common-random-
     numbers design). Raises :class:`PlanError` / :class:`ChainIntegrityError` before running
     when the plan does not fit or the chain does not verify, :class:`ReplayDivergenceError`
-    in strict mode, :class:`VerifierError` when the verifier misbehaves. No spans are emitted
+    in strict mode, :class:`VerifierError` when the verifier misbehaves and
+    :class:`~agent_replay.replay.PolicyError` when a resample policy fails (an endpoint down is
+    not the agent failing, so it is no rollout outcome). No spans are emitted
     unless ``tracer_provider`` is given. ``coupling`` shares work between rollouts of prefix
     plans (see :class:`Coupling`; the rollout engine manages it). ``async def`` agents are run
     to completion (use :func:`areplay` inside an event loop).
@@ -761,6 +810,7 @@ def replay(
             )
         )
     driver, ctx = _setup(
+        agent_fn,
         trajectory,
         plan,
         seed,
@@ -793,6 +843,7 @@ async def areplay(
 ) -> ReplayResult:
     """:func:`replay` for ``async def`` agents, from inside an event loop."""
     driver, ctx = _setup(
+        agent_fn,
         trajectory,
         plan,
         seed,
