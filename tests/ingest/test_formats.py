@@ -335,3 +335,15 @@ def test_load_raises_for_the_first_bad_source_load_many_keeps_the_rest(tmp_path)
     assert [s.ok for s in result.sources] == [False, True, False]
     assert len(result.trajectories) == 1
     assert "cannot read" in str(result.sources[2].error)
+
+
+def test_integer_timestamps_keep_every_digit():
+    """Milliseconds and nanoseconds as integers (LangSmith, Langfuse, ATIF) are scaled in
+    integers, not through a float that rounds 1728803137170 ms to ...169999872 ns."""
+    from agent_replay.ingest._common import timestamp_ns
+
+    assert timestamp_ns(1728803137170) == 1728803137170000000
+    assert timestamp_ns(1728803137170000001) == 1728803137170000001
+    assert timestamp_ns(1728803137.17) == 1728803137170000000
+    assert timestamp_ns("1728803137170") == 1728803137170000000
+    assert timestamp_ns(float("inf")) is None and timestamp_ns(-1) is None

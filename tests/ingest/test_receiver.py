@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -299,6 +300,75 @@ def test_grpc_bad_and_oversized_requests(served):
     channel.close()
 
 
+def test_grpc_requests_that_are_not_the_services_message_are_invalid_argument(served):
+    """grpcio's own deserializer would answer INTERNAL, before the token is looked at."""
+    collector, _ = served(config=fast_config(token="s3cret"))
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}")
+    for service in ("trace.v1.TraceService", "logs.v1.LogsService"):
+        export = channel.unary_unary(f"/opentelemetry.proto.collector.{service}/Export")
+        with pytest.raises(grpc.RpcError) as info:
+            export(b"\xff\xff\xff", timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED  # the token comes first
+        with pytest.raises(grpc.RpcError) as info:
+            export(b"\xff\xff\xff", timeout=5, metadata=(("authorization", "Bearer s3cret"),))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a protobuf" in info.value.details()
+    channel.close()
+
+
+def test_a_refused_request_does_not_spoil_its_kept_alive_connection(served, db_path):
+    """A 401 is answered before the body is read: the connection is closed, so the next
+    request on it (a client that fixed its token) is read as a request, not as that body."""
+    collector, _store = served(config=fast_config(token="s3cret"))
+    session = requests.Session()
+    url = f"http://127.0.0.1:{collector.http_port}/v1/traces"
+    headers = {"Content-Type": "application/json"}
+    body = otlp_json_request()
+    refused = session.post(url, data=body, headers={**headers, "Authorization": "Bearer no"})
+    assert refused.status_code == 401
+    accepted = session.post(url, data=body, headers={**headers, "Authorization": "Bearer s3cret"})
+    assert accepted.status_code == 200, accepted.text
+    session.close()
+
+
+def test_otlp_json_posted_to_the_other_signals_path_is_refused(served):
+    collector, _ = served()
+    traces = post(collector, otlp_json_request(), "application/json", path="/v1/logs")
+    assert traces.status_code == 400 and "post it to /v1/traces" in traces.json()["message"]
+    logs = json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [{}]}]}]}).encode()
+    refused = post(collector, logs, "application/json", path="/v1/traces")
+    assert refused.status_code == 400 and "post it to /v1/logs" in refused.json()["message"]
+
+
+def test_stop_waits_for_a_request_whose_body_is_still_arriving(served, db_path):
+    """SIGTERM while a client is sending: its request finishes (200) within the grace
+    period, and a new request on a kept-alive connection meanwhile gets 503."""
+    collector, store = served()
+    body = otlp_json_request()
+    head = (
+        f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    idle = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
+    idle.sendall(head + body)
+    assert b" 200 " in idle.recv(65536).split(b"\r\n", 1)[0]  # and kept alive
+    sending = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
+    sending.sendall(head + body[:-10])
+    time.sleep(0.2)
+    stopper = threading.Thread(target=collector.stop, kwargs={"grace": 5})
+    stopper.start()
+    time.sleep(0.3)
+    idle.sendall(head + body)
+    assert b" 503 " in idle.recv(65536).split(b"\r\n", 1)[0]
+    sending.sendall(body[-10:])
+    assert b" 200 " in sending.recv(65536).split(b"\r\n", 1)[0]
+    stopper.join(10)
+    assert not stopper.is_alive()
+    idle.close()
+    sending.close()
+    assert store.session_ids()
+
+
 def test_logs_signal_joins_event_only_content_whatever_arrives_first(served, db_path):
     collector, store = served()
     logs = (FIXTURES / "generated" / "otel_event_only.logs.jsonl").read_bytes()
@@ -524,3 +594,26 @@ def test_acknowledged_spans_survive_a_crash(db_path):
         collector.start()
         collector.stop(grace=1)  # the restarted receiver assembles what was left waiting
         assert len(store.session_ids()) == 2
+
+
+def test_collect_refuses_bad_and_taken_addresses_with_a_message(db_path):
+    from click.testing import CliRunner
+
+    from agent_replay.cli import main
+
+    runner = CliRunner()
+    for option in ("--http", "--grpc"):
+        result = runner.invoke(main, ["collect", "--db", str(db_path), option, "127.0.0.1:99999"])
+        assert result.exit_code == 2 and "port 0-65535" in result.output, result.output
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        for option, other in (("--grpc", "--http"), ("--http", "--grpc")):
+            args = ["collect", "--db", str(db_path), option, f"127.0.0.1:{port}", other, "off"]
+            result = runner.invoke(main, args)
+            assert result.exit_code == 1 and "cannot listen" in result.output, result.output
+            assert result.exception is None or isinstance(result.exception, SystemExit)
+    finally:
+        taken.close()

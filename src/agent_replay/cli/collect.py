@@ -17,8 +17,17 @@ from .common import db_option, friendly_errors, open_store
 _OFF = ("", "off", "none", "no")
 
 
-def _address(value: str) -> str | None:
-    return None if value.strip().lower() in _OFF else value
+def _address(value: str, option: str) -> str | None:
+    """``HOST:PORT`` as given (``None`` for ``off``); a port outside 0-65535 is a usage error,
+    not a traceback or, with gRPC, another port."""
+    if value.strip().lower() in _OFF:
+        return None
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT with a port 0-65535", param_hint=option
+        )
+    return value
 
 
 @click.command("collect")
@@ -109,7 +118,7 @@ def collect_command(
     """
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    http_address, grpc_listen = _address(http), _address(grpc_address)
+    http_address, grpc_listen = _address(http, "--http"), _address(grpc_address, "--grpc")
     if http_address is None and grpc_listen is None:
         raise click.UsageError("both transports are off; enable --http or --grpc")
     config = ReceiverConfig(

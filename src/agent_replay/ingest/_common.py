@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,10 +76,17 @@ def timestamp_ns(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        number = float(value)
-        if number != number or number < 0:  # NaN or negative
+        if isinstance(value, float):
+            if not math.isfinite(value) or value < 0:
+                return None
+            # the decimal the float was written as, not its binary neighbour: 1728803137.17 s
+            # is ...170000000 ns, not ...169999872
+            number = decimal.Decimal(repr(value))
+        elif value < 0:
             return None
-        for limit, scale in ((1e17, 1), (1e14, 1_000), (1e11, 1_000_000)):
+        else:
+            number = decimal.Decimal(value)
+        for limit, scale in ((10**17, 1), (10**14, 1_000), (10**11, 1_000_000)):
             if number >= limit:
                 return int(number * scale)
         return int(number * 1_000_000_000)

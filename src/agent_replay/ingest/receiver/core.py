@@ -179,6 +179,7 @@ class Receiver:
         self._queue: list[_Item] = []
         self._uncommitted = 0
         self._inflight = 0
+        self._receiving = 0  # HTTP requests whose body is being read or handled
         self._accepting = False
         self._stop_writer = False
         self._stop_assembler = threading.Event()
@@ -208,7 +209,7 @@ class Receiver:
         deadline = time.monotonic() + timeout
         with self._lock:
             self._accepting = False
-            while self._inflight and time.monotonic() < deadline:
+            while (self._inflight or self._receiving) and time.monotonic() < deadline:
                 self._lock.wait(0.05)
             self._stop_writer = True
             self._lock.notify_all()
@@ -239,11 +240,27 @@ class Receiver:
             raise Unauthorized("missing or wrong bearer token")
 
     @contextlib.contextmanager
-    def admit(self) -> Iterator[None]:
-        """Hold one of ``max_inflight`` request slots; raises :class:`Overloaded` when none
-        is free and :class:`Unavailable` while draining."""
+    def receiving(self) -> Iterator[bool]:
+        """One HTTP request being read and handled: :meth:`drain` waits for it as for an
+        admitted one (a body still arriving when the stop came is a request in progress).
+        Yields whether it began before the drain, which :meth:`admit` then lets through."""
         with self._lock:
-            if not self._accepting:
+            self._receiving += 1
+            began = self._accepting
+        try:
+            yield began
+        finally:
+            with self._lock:
+                self._receiving -= 1
+                self._lock.notify_all()
+
+    @contextlib.contextmanager
+    def admit(self, in_progress: bool = False) -> Iterator[None]:
+        """Hold one of ``max_inflight`` request slots; raises :class:`Overloaded` when none
+        is free and :class:`Unavailable` while draining (unless the request was
+        ``in_progress`` when the drain began)."""
+        with self._lock:
+            if not self._accepting and not in_progress:
                 raise Unavailable("shutting down", retry_after=self.config.retry_after)
             if self._inflight >= self.config.max_inflight:
                 raise Overloaded(
@@ -310,6 +327,15 @@ class Receiver:
             doc = json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise BadRequest(f"body is not JSON ({exc})") from None
+        spans, logs = ("resourceSpans", "resource_spans"), ("resourceLogs", "resource_logs")
+        wanted, other = (spans, logs) if signal == TRACES else (logs, spans)
+        if (
+            isinstance(doc, dict)
+            and any(key in doc for key in other)
+            and not any(key in doc for key in wanted)
+        ):
+            path, sent = ("/v1/logs", "logs") if signal == TRACES else ("/v1/traces", "traces")
+            raise BadRequest(f"this is a {sent} request: post it to {path}")
         try:
             decoded = decode_json_traces(doc) if signal == TRACES else decode_json_logs(doc)
         except Malformed as exc:

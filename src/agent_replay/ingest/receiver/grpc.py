@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from .core import LOGS, TRACES, Receiver, ReceiverError
 
@@ -36,31 +33,34 @@ def _abort(context: grpc.ServicerContext, error: ReceiverError) -> None:
     context.abort(getattr(grpc.StatusCode, error.grpc_code), error.message)
 
 
-def _export(receiver: Receiver, signal: str, request: Any, context: grpc.ServicerContext) -> Any:
+def _export(receiver: Receiver, signal: str, body: bytes, context: grpc.ServicerContext) -> bytes:
+    """One ``Export`` call on its raw bytes: the token is checked first, and a request that is
+    not the service's message is INVALID_ARGUMENT (grpcio's own deserializer would answer
+    INTERNAL before the token is looked at)."""
     try:
         metadata = dict(context.invocation_metadata() or ())
         receiver.check_token(metadata.get("authorization"))
         with receiver.admit():
-            return receiver.export_message(signal, request)
+            return receiver.export_proto(signal, body)
     except ReceiverError as error:
         receiver.count_error(error)
         _abort(context, error)
+        raise  # not reached: abort raises
 
 
-class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
-
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _export(self.receiver, TRACES, request, context)
+_SERVICES = {
+    TRACES: "opentelemetry.proto.collector.trace.v1.TraceService",
+    LOGS: "opentelemetry.proto.collector.logs.v1.LogsService",
+}
 
 
-class _Logs(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
+def _service(receiver: Receiver, signal: str) -> grpc.GenericRpcHandler:
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        return _export(receiver, signal, body, context)
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _export(self.receiver, LOGS, request, context)
+    # no (de)serializers: the bytes go to the receiver as they came, and back
+    handler = grpc.unary_unary_rpc_method_handler(export)
+    return grpc.method_handlers_generic_handler(_SERVICES[signal], {"Export": handler})
 
 
 class OTLPGrpcServer:
@@ -85,14 +85,20 @@ class OTLPGrpcServer:
                 ("grpc.so_reuseport", 0),  # two receivers must not share a port silently
             ],
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Traces(receiver), self._server)
-        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_Logs(receiver), self._server)
-        if credentials is None:
-            self.port = self._server.add_insecure_port(address)
-        else:
-            self.port = self._server.add_secure_port(address, credentials)
+        self._server.add_generic_rpc_handlers(
+            (_service(receiver, TRACES), _service(receiver, LOGS))
+        )
+        try:
+            if credentials is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, credentials)
+        except RuntimeError:  # newer grpcio raises where older ones returned 0
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot listen for gRPC on {address}")
+            raise OSError(
+                f"cannot listen for gRPC on {address} (in use, or not an address of this host)"
+            )
 
     def start(self) -> OTLPGrpcServer:
         self._server.start()

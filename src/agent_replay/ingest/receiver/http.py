@@ -168,9 +168,14 @@ class _Handler(BaseHTTPRequestHandler):
     # -- methods ----------------------------------------------------------------------------
 
     def do_POST(self) -> None:
+        with self.server.receiver.receiving() as began:
+            self._post(began)
+
+    def _post(self, began: bool) -> None:
         receiver = self.server.receiver
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         as_json = content_type == "application/json"
+        body_read = False
         try:
             signal = _PATHS.get(self.path.split("?", 1)[0])
             if signal is None:
@@ -185,14 +190,17 @@ class _Handler(BaseHTTPRequestHandler):
                     "or application/json"
                 )
             body = self._read_body(receiver.config.max_body_bytes)
+            body_read = True
             body = receiver.decompress(body, self.headers.get("Content-Encoding"))
-            with receiver.admit():
+            with receiver.admit(in_progress=began):
                 if as_json:
                     response = receiver.export_json(signal, body)
                 else:
                     response = receiver.export_proto(signal, body)
             self._send(200, response, "application/json" if as_json else "application/x-protobuf")
         except ReceiverError as error:
+            if not body_read:  # refused before its body was read (401): the rest of it would
+                self.close_connection = True  # be taken for the next request on the connection
             receiver.count_error(error)
             self._error(error, as_json)
         except (TimeoutError, ConnectionError):
