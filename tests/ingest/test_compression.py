@@ -321,3 +321,68 @@ def test_zstd_message_streams_read_in_blocks_read_as_read_whole(messages, block)
     assert blocks.warnings == whole.warnings
     assert blocks.spans == whole.spans
     assert all("internal error" not in w for w in whole.warnings)
+
+
+def whole_and_in_blocks(data: bytes, block: int, piece: int):
+    """``load_many`` of a file holding ``data``, read whole and in blocks of ``block``, with
+    damaged compressed data read ``piece`` bytes at a time."""
+    results = []
+    saved = ingest.BLOCK_BYTES, compression.PIECE
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "traces"
+        path.write_bytes(data)
+        try:
+            compression.PIECE = piece
+            for size in (1 << 30, block):
+                ingest.BLOCK_BYTES = size
+                results.append(load_many([path]))
+        finally:
+            ingest.BLOCK_BYTES, compression.PIECE = saved
+    return results
+
+
+@FUZZ
+@given(
+    codec=st.sampled_from(["gzip", "zstd"]),
+    proto=st.booleans(),
+    picks=st.lists(st.integers(0, 3), min_size=1, max_size=8),
+    cut=st.integers(0, 400),
+    flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2),
+    block=st.integers(64, 4000),
+    piece=st.integers(16, 2000),
+)
+def test_a_damaged_compressed_file_reads_the_same_whole_and_in_blocks(
+    codec, proto, picks, cut, flips, block, piece
+):
+    """gzip'd or zstd'd JSON Lines or protobuf streams, cut short or with bytes changed: read
+    whole or in blocks, the same spans, warnings and errors; what precedes the damage is kept
+    (a warning says what was lost) and nothing but an ImportFormatError comes out."""
+    lines, messages = otlp_lines(), proto_messages()
+    if proto:
+        plain = prefixed([messages[p % len(messages)] for p in picks])
+    else:
+        plain = b"".join(lines[p % len(lines)] + b"\n" for p in picks)
+    packed = bytearray(COMPRESS[codec](plain))
+    for position, value in flips:
+        packed[position % len(packed)] = value
+    damaged = bytes(packed[: max(8, len(packed) - cut)])
+    whole, blocks = whole_and_in_blocks(damaged, block, piece)
+    assert [str(e) for e in blocks.errors] == [str(e) for e in whole.errors]
+    assert blocks.warnings == whole.warnings
+    assert blocks.spans == whole.spans
+    for result in (whole, blocks):
+        assert all("internal error" not in str(e) for e in result.errors)
+        if result.spans and damaged != bytes(COMPRESS[codec](plain)):
+            assert result.warnings or not result.errors
+
+
+def test_a_cut_gzip_file_keeps_what_precedes_the_cut(tmp_path, monkeypatch):
+    lines = otlp_lines()
+    plain = b"".join(lines[0] + b"\n" for _ in range(40))
+    packed = gzip.compress(plain)
+    path = tmp_path / "traces.jsonl.gz"
+    path.write_bytes(packed[: len(packed) * 3 // 4])
+    monkeypatch.setattr(compression, "PIECE", 256)
+    result = load_many([path])
+    assert not result.errors and result.spans
+    assert any("the rest of the file: corrupt gzip data after" in w for w in result.warnings)

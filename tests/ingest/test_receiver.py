@@ -265,7 +265,8 @@ def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkey
     monkeypatch.setattr(ingest_compression, "_zstd_module", lambda: None)
     refused = post(collector, zstd.compress(b""), **{"Content-Encoding": "zstd"})
     assert refused.status_code == 415
-    assert "use gzip, deflate or none" in Status.FromString(refused.content).message
+    message = Status.FromString(refused.content).message
+    assert "use gzip, deflate or none" in message and "[zstd]" in message
     collector.stop(grace=1)
     tools = stored_tool_spans(store)
     assert set(tools) <= set(expected) and len(tools) == (4 * 2 + 2) * TOOLS_PER_TRACE

@@ -145,14 +145,27 @@ def _read(source: Any, name: str) -> Any:
     return source
 
 
-def _decompress(data: bytes, name: str) -> bytes:
+def _decompress(data: bytes, name: str) -> tuple[bytes, str | None]:
+    """``data`` inflated when it is gzip or zstd, and what stopped it early: damaged
+    compressed data is read up to the damage (:func:`compression.salvaging`, as a large file
+    is), and its rejection says what was lost. Raises :class:`ImportFormatError` when nothing
+    could be inflated, or beyond :data:`compression.MAX_INFLATED`."""
     codec = compression.kind(data)
     if codec is None:
-        return data
+        return data, None
     try:
-        return compression.decompress(data, codec)
-    except compression.Undecodable as exc:
+        with compression.salvaging(io.BytesIO(data), codec) as stream:
+            out, error = stream.read(), stream.raw.error
+    except compression.Undecodable as exc:  # no codec for it
         raise ImportFormatError(str(exc), source=name) from None
+    if error is not None and (not out or isinstance(error, compression.Inflated)):
+        raise ImportFormatError(str(error), source=name)
+    return out, None if error is None else _lost(error)
+
+
+def _lost(error: compression.Undecodable) -> str:
+    """The rejection of a compressed file's unreadable rest ("skipped ...")."""
+    return f"the rest of the file: {error}"
 
 
 def _classify(doc: Any) -> str | None:
@@ -181,7 +194,7 @@ def detect_format(data: bytes | dict | list, name: str = "<data>") -> str:
     """The format of ``data`` (see :data:`FORMATS`), gzip'd or zstd'd or not; raises
     :class:`ImportFormatError`."""
     if isinstance(data, (bytes, bytearray)):
-        data = _decompress(bytes(data), name)
+        data, _ = _decompress(bytes(data), name)
     fmt, _ = _detect(data, name)
     return fmt
 
@@ -365,18 +378,28 @@ def read_source(source: Source, format: str = "auto") -> Parsed:
     if format == "store":
         raise ImportFormatError("not an agent-replay store (SQLite file expected)", source=name)
     with _reading(name):
-        data = _read(source, name)
+        data, damage = _read(source, name), None
         if isinstance(data, bytes):
-            data = _decompress(data, name)
-        if format == "auto":
-            fmt, docs = _detect(data, name)
-        else:
-            if format not in FORMATS:
-                raise ImportFormatError(
-                    f"unknown format {format!r} (choose from {', '.join(FORMATS)})", source=name
-                )
-            fmt, docs = format, None
-        return _parse(fmt, data, docs, name)
+            data, damage = _decompress(data, name)
+        try:
+            if format == "auto":
+                fmt, docs = _detect(data, name)
+            else:
+                if format not in FORMATS:
+                    raise ImportFormatError(
+                        f"unknown format {format!r} (choose from {', '.join(FORMATS)})",
+                        source=name,
+                    )
+                fmt, docs = format, None
+            parsed = _parse(fmt, data, docs, name)
+        except ImportFormatError as exc:
+            if damage is None:
+                raise
+            # what a damaged file failed on is its damage
+            raise ImportFormatError(f"{damage} ({exc.detail})", source=name) from None
+        if damage is not None:
+            parsed.rejected.append(damage)
+        return parsed
 
 
 @contextlib.contextmanager
@@ -427,6 +450,7 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
         yield read_source(source, format)
         return
     summary = Decoded()  # the whole file's first error and rejection, and whether it read any
+    damage = None
     with _reading(name):
         try:
             for block in blocks:
@@ -442,28 +466,33 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
                     logs=decoded.logs,
                     rejected=decoded.rejected,
                 )
-        except compression.Undecodable as exc:
-            raise ImportFormatError(str(exc), source=name) from None
+        except compression.Undecodable as exc:  # damaged: what came before it was read
+            damage = _lost(exc)
+            summary.rejected = summary.rejected or [damage]
+            yield Parsed(format=fmt, source=name, rejected=[damage])
         except OSError as exc:
             raise ImportFormatError(f"cannot read: {exc.strerror or exc}", source=name) from None
     error = summary.unreadable(name)
+    if error is not None and damage is not None:  # as read_source says it
+        error = ImportFormatError(f"{damage} ({error.detail})", source=name)
     if error is not None:
         raise error
 
 
 @contextlib.contextmanager
 def _opened(path: str | os.PathLike, codec: str | None) -> Iterator[IO[bytes]]:
-    """``path`` open for reading, decompressed as it is read when ``codec`` says so; a corrupt
-    or cut compressed stream raises :class:`compression.Undecodable`."""
+    """``path`` open for reading, decompressed as it is read when ``codec`` says so, up to
+    where it is damaged (:func:`compression.salvaging`); once everything before the damage
+    was read, the damage is raised as :class:`compression.Undecodable`."""
     with open(path, "rb") as raw:
         if codec is None:
             yield raw
             return
-        try:
-            with compression.open_stream(raw, codec) as stream:
-                yield stream
-        except compression.stream_errors() as exc:
-            raise compression.Undecodable(f"corrupt {codec} data ({exc})") from None
+        with compression.salvaging(raw, codec) as stream:
+            yield stream
+            error = stream.raw.error
+        if error is not None:
+            raise error
 
 
 def _large(source: Source, format: str, formats: tuple[str, ...]) -> tuple[str | None, int] | None:
@@ -595,6 +624,8 @@ def _read_each(
                 yield report, parsed
         except ImportFormatError as exc:
             report.error = exc
+            if not (report.spans or report.logs or report.trajectories):
+                report.rejected.clear()  # the error says why nothing could be read
         result.warnings.extend(f"{report.source}: skipped {r}" for r in report.rejected)
         result.sources.append(report)
         if on_source is not None:

@@ -5,7 +5,9 @@ that the ``zstd`` extra installs: ``pip install "trajectory-causal-attribution[z
 A file's compression is told by its magic bytes (:func:`kind`). :func:`decompress` inflates
 bytes within a size limit (concatenated gzip members and zstd frames included, as ``cat``
 makes and the Collector's file exporter writes); :func:`open_stream` reads a file as it
-inflates. Failures are :class:`Undecodable` (corrupt or cut short) or its subclass
+inflates; :func:`salvaging` reads it up to where it is damaged, which is how trace files are
+read (what comes before a cut or a corrupt block is kept, the same whether a file is read whole
+or in blocks). Failures are :class:`Undecodable` (corrupt or cut short) or its subclass
 :class:`Inflated` (beyond the limit), with a message ready to show.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib
+import io
 import zlib
 from typing import IO, Any
 
@@ -28,6 +31,7 @@ __all__ = [
     "decompress",
     "kind",
     "open_stream",
+    "salvaging",
     "stream_errors",
     "zstd",
 ]
@@ -129,6 +133,61 @@ def open_stream(raw: IO[bytes], codec: str) -> IO[bytes]:
     if codec == GZIP:
         return gzip.GzipFile(fileobj=raw, mode="rb")
     return zstd().ZstdFile(raw, mode="rb")
+
+
+#: a damaged stream is read this much at a time: what it yields is the same however the
+#: caller then reads it (whole, or in blocks of any size)
+PIECE = 1 << 20
+
+
+class _Salvaging(io.RawIOBase):
+    """The inflated bytes of a compressed stream, :data:`PIECE` at a time, ending (as if at
+    the end of the file) at the first piece that cannot be inflated; ``error`` says why."""
+
+    def __init__(self, raw: IO[bytes], codec: str, limit: int) -> None:
+        super().__init__()
+        self._stream = open_stream(raw, codec)
+        self._codec, self._limit = codec, limit
+        self._pending = b""
+        self.inflated = 0
+        self.error: Undecodable | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._pending:
+            if self.error is not None:
+                return 0
+            try:
+                self._pending = self._stream.read(PIECE)
+            except stream_errors() as exc:
+                self.error = Undecodable(
+                    f"corrupt {self._codec} data after {self.inflated:,} bytes ({exc})"
+                )
+                return 0
+            self.inflated += len(self._pending)
+            if self.inflated > self._limit:
+                self._pending = b""
+                self.error = Inflated(f"{self._codec} data inflates beyond {_bytes(self._limit)}")
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def salvaging(raw: IO[bytes], codec: str, limit: int = MAX_INFLATED) -> io.BufferedReader:
+    """A binary file object of ``raw`` inflated by ``codec`` (gzip or zstd) that ends where
+    the data is damaged (or inflates beyond ``limit``): what comes before is read, whole
+    pieces of :data:`PIECE` bytes, and ``.raw.error`` is the :class:`Undecodable` that
+    stopped it (``None`` at a clean end). A cut or corrupt file thus loses only what follows
+    the damage, identically however it is read."""
+    return io.BufferedReader(_Salvaging(raw, codec, limit), buffer_size=PIECE)
 
 
 def _bytes(n: int) -> str:

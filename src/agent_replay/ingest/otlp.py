@@ -152,8 +152,10 @@ def _hex_id(value: Any, length: int, what: str) -> str:
 
 
 def _bytes_id(value: bytes, length: int, what: str) -> str:
-    if len(value) != length or value == _ZERO_BYTES[length]:
-        raise _BadRecord(f"{what} must be {length} non-zero bytes, got {len(value)} bytes")
+    if len(value) != length:
+        raise _BadRecord(f"{what} must be {length} bytes, got {len(value)}")
+    if value == _ZERO_BYTES[length]:
+        raise _BadRecord(f"{what} must not be all zeros")
     return value.hex()
 
 
@@ -940,12 +942,10 @@ def read_otlp_proto(data: bytes, source: str) -> Decoded:
     data = bytes(data)
     if not data:
         return Decoded()
-    messages: list[tuple[int, int, bytes | None]] = [(0, 0, data)]
-    if data[0] == 0:  # a length prefix; a message would start with field 1's tag, 0x0a
-        stream = list(length_prefixed(io.BytesIO(data).read, len(data)))
-        if stream[0][2] is not None:  # else the file is no stream (or one cut message)
-            messages = stream
-    out = decode_messages(messages, source, located=len(messages) > 1)
+    # a length prefix starts with 0; a message never does (it starts with a field's tag)
+    stream = data[0] == 0
+    messages = list(length_prefixed(io.BytesIO(data).read, len(data))) if stream else [(0, 0, data)]
+    out = decode_messages(messages, source, located=stream)
     error = out.unreadable(source)
     if error is not None:
         raise error

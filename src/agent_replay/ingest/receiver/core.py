@@ -285,8 +285,15 @@ class Receiver:
             return body
         codecs = compression.available()
         if encoding not in codecs:
+            hint = (
+                "; zstd needs the zstd extra on the receiver: pip install "
+                '"trajectory-causal-attribution[zstd]"'
+                if encoding == compression.ZSTD
+                else ""
+            )
             raise UnsupportedMediaType(
-                f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none)"
+                f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none"
+                f"{hint})"
             )
         try:
             return compression.decompress(body, encoding, self.config.max_body_bytes)
