@@ -129,3 +129,11 @@ def test_import_a_directory_of_collector_zstd_files(tmp_path, db_path):
     with CheckpointStore(db_path) as store:
         conv = store.load("conv_1")
         assert conv.metadata["capture"]["steps_without_content"] == []  # logs were joined
+
+
+def test_a_trace_with_no_agent_span_is_reported_not_silently_dropped(db_path):
+    example = FIXTURES / "otlp" / "opentelemetry-proto_examples_trace.json"  # one HTTP span
+    result = CliRunner().invoke(main, ["import", str(example), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    assert "Imported 0 trajectories" in result.output
+    assert "1 trace(s) hold no GenAI operation, agent or tool span" in result.output

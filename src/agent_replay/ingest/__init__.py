@@ -817,8 +817,11 @@ def _assemble_staged(
     then stored by continuing it), each trajectory noting the files it came from, and
     forget the staged rows."""
 
+    stored: set[str] = set()
+
     def saved(trajectory: Trajectory) -> None:
         result.sessions.append(ImportedSession.of(trajectory))
+        stored.update(trajectory.metadata.get("trace_ids", ()))
 
     traces = sorted(staged.started, key=lambda t: (staged.started[t], t))
     for start in range(0, len(traces), sink.batch_traces):
@@ -833,3 +836,12 @@ def _assemble_staged(
             "store: import the files again to retry"
         )
     _warn_unjoined(result, sink.orphan_logs + sink.unjoinable_logs)
+    unused = [
+        t for t in traces if t in staged.files and t not in stored and t not in sink.failed_traces
+    ]
+    if unused:
+        result.warnings.append(
+            f"{len(unused)} trace(s) hold no GenAI operation, agent or tool span, so no step "
+            f"was stored from them (not an agent's trace?): {', '.join(unused[:3])}"
+            + (", ..." if len(unused) > 3 else "")
+        )

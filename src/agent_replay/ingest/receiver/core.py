@@ -292,8 +292,7 @@ class Receiver:
                 else ""
             )
             raise UnsupportedMediaType(
-                f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none"
-                f"{hint})"
+                f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none{hint})"
             )
         try:
             return compression.decompress(body, encoding, self.config.max_body_bytes)
