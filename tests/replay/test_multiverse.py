@@ -155,3 +155,22 @@ def test_fork_ids_and_bad_interventions_are_refused_before_anything_runs(db_path
         with pytest.raises(PlanError, match="needs a mapping"):
             fork(agent, traj, at_step=0, edit="x")
         assert calls == []
+
+
+def test_diff_pairs_steps_by_operation_so_a_removed_step_shifts_nothing():
+    def agent(ctx):
+        a = ctx.llm("a", produce=lambda: "x", default="skipped")
+        b = ctx.tool("b", produce=lambda: "y")
+        c = ctx.tool("c", produce=lambda: "z", b=b)
+        return [a, b, c]
+
+    traj = record(agent, session_id="abc")
+    child = fork(agent, traj, at_step=1, remove=True)
+    d = diff(traj, child)
+    assert [(s.index, s.index_b, s.changes) for s in d.steps] == [
+        (0, 0, ()),
+        (1, None, ("missing in b",)),
+        (2, 1, ("inputs",)),  # c got b's default, not its output
+    ]
+    assert d.first_divergence == 1
+    assert "missing in b" in d.to_text() and "2/1" in d.to_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -185,7 +186,9 @@ def _free_id(store: Any, wanted: str) -> str:
 
 @dataclass(frozen=True)
 class StepDiff:
-    """One position of two runs side by side; ``changes`` names what differs."""
+    """One step of each run side by side (or of one, when the other has no counterpart);
+    ``changes`` names what differs. ``index`` is the step's position in ``a`` (in ``b`` for
+    a step only ``b`` has), ``index_b`` its position in ``b``."""
 
     index: int
     a: str | None
@@ -193,6 +196,7 @@ class StepDiff:
     changes: tuple[str, ...]
     a_output: Any = None
     b_output: Any = None
+    index_b: int | None = None
 
     @property
     def same(self) -> bool:
@@ -201,6 +205,7 @@ class StepDiff:
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "index_b": self.index_b,
             "a": self.a,
             "b": self.b,
             "same": self.same,
@@ -242,20 +247,25 @@ class TrajectoryDiff:
         ]
         for s in self.steps:
             mark = " " if s.same else "*"
+            where = str(s.index) if s.index_b in (s.index, None) else f"{s.index}/{s.index_b}"
             lines.append(
-                f"{mark} {s.index:>3}  {s.a or '-':<32} {s.b or '-':<32} {', '.join(s.changes)}"
+                f"{mark} {where:>5}  {s.a or '-':<32} {s.b or '-':<32} {', '.join(s.changes)}"
             )
         return "\n".join(lines)
 
 
 def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
-    """Compare two runs position by position (operation, inputs, output, error)."""
+    """Compare two runs step by step (operation, inputs, output, agent). Steps are paired by
+    operation in order (:class:`difflib.SequenceMatcher` over kind and name), so a step one
+    run has and the other lacks (a removed step, an extra tool call) shows as missing once
+    instead of shifting every later step against the wrong one."""
     rows = []
     first = None
-    for index in range(max(len(a.steps), len(b.steps))):
-        sa = a.steps[index] if index < len(a.steps) else None
-        sb = b.steps[index] if index < len(b.steps) else None
+    for ia, ib in _aligned(a.steps, b.steps):
+        sa = a.steps[ia] if ia is not None else None
+        sb = b.steps[ib] if ib is not None else None
         changes = _changes(sa, sb)
+        index = ia if ia is not None else ib
         if changes and first is None:
             first = index
         rows.append(
@@ -266,6 +276,7 @@ def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
                 tuple(changes),
                 _jsonable(sa.output) if sa else None,
                 _jsonable(sb.output) if sb else None,
+                ib,
             )
         )
     return TrajectoryDiff(
@@ -276,6 +287,20 @@ def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
         None if a.outcome is None else a.outcome.to_dict(),
         None if b.outcome is None else b.outcome.to_dict(),
     )
+
+
+def _aligned(a: tuple[Step, ...], b: tuple[Step, ...]) -> list[tuple[int | None, int | None]]:
+    """Pairs of positions ``(in a, in b)``, ``None`` for a step without counterpart."""
+    keys_a = [(s.kind.value, s.name) for s in a]
+    keys_b = [(s.kind.value, s.name) for s in b]
+    pairs: list[tuple[int | None, int | None]] = []
+    matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
+    for _tag, a1, a2, b1, b2 in matcher.get_opcodes():
+        common = min(a2 - a1, b2 - b1)  # equal or replaced blocks pair up in order
+        pairs += [(a1 + k, b1 + k) for k in range(common)]
+        pairs += [(i, None) for i in range(a1 + common, a2)]
+        pairs += [(None, j) for j in range(b1 + common, b2)]
+    return pairs
 
 
 def _changes(a: Step | None, b: Step | None) -> list[str]:
