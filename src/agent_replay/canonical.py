@@ -138,8 +138,12 @@ def snapshot(value: Any) -> Any:
     t = type(value)
     if t in _SCALARS:
         return value
-    if t is dict and all(type(v) in _SCALARS for v in value.values()):
-        return dict(value)  # its keys are hashable, so unchangeable for all that matters here
+    if t is dict:  # (a loop: this runs for every step of every rollout)
+        for item in value.values():
+            if type(item) not in _SCALARS:
+                break
+        else:
+            return value.copy()  # its keys are hashable: unchangeable for what matters here
     return decode(encode(value))
 
 

@@ -28,7 +28,6 @@ exception out of :func:`replay`.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import uuid as _uuid
 import weakref
@@ -440,11 +439,12 @@ class Replayer:
                 if not self.changed:
                     self.branch_at = decision.position
                 self.changed = True
-        inputs = decision.inputs
-        with contextlib.suppress(CanonicalEncodingError):  # sealing reports such a value
-            inputs = canonical.snapshot(inputs)  # as it is now: the agent may change it later
+        try:  # as it is now: the agent may change it later
+            inputs = canonical.snapshot(decision.inputs)
             if result is not None:
                 result.detach()
+        except CanonicalEncodingError:  # sealing reports such a value, with its step
+            inputs = decision.inputs
         self.steps[decision.position] = (call, inputs, result, label)
 
     def _count_tokens(self, call: StepCall, recorded: Step | None) -> None:
