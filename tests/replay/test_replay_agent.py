@@ -187,3 +187,15 @@ def test_a_failing_policy_stops_the_replay_instead_of_failing_the_run(chat_serve
         replay(agent, traj, ReplayPlan.ablate_from(0), verifier=lambda r: 1.0)
     with pytest.raises(PolicyError):
         attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=10)
+
+
+def test_steps_the_recording_marks_unresamplable_are_observation_only_under_a_catch_all():
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action="a"),
+        StepDraft(kind="span", name="GET /api", inputs={}, action="x", resamplable=False),
+    ]
+    traj = Trajectory("mixed", metadata={"source": "import:test"}).with_steps(drafts)
+    agent = replayable_agent(traj, {"*": ScriptedPolicy(["b"])})
+    assert agent.observation_only == (1,)
+    result = replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert result.held_unresamplable == (1,)

@@ -1,7 +1,7 @@
 """Replay: plans, the replay driver, the multiverse operations and the replay agent."""
 
 from .agent import ReplayAgent, replayable_agent
-from .multiverse import TrajectoryDiff, diff, fork, resume
+from .multiverse import TrajectoryDiff, afork, aresume, diff, fork, resume
 from .plan import ReplayPlan
 from .policies import (
     HoldPolicy,
@@ -25,7 +25,9 @@ __all__ = [
     "ResampleRequest",
     "ScriptedPolicy",
     "TrajectoryDiff",
+    "afork",
     "areplay",
+    "aresume",
     "diff",
     "fork",
     "replay",

@@ -59,9 +59,10 @@ class ReplayAgent:
         self._policies: list[tuple[str, Callable[[ResampleRequest], Any]] | None] = []
         for step in trajectory.steps:
             key = _policy_key(step, policies)
-            self._policies.append(
-                None if key is None or step.side_effects else (key, as_policy(policies[key]))
-            )
+            # a step the recording marks unresamplable (an opaque span, a side effect) has
+            # no policy whatever the keys say: it is held, and listed as observation-only
+            fixed = key is None or step.side_effects or not step.resamplable
+            self._policies.append(None if fixed else (key, as_policy(policies[key])))
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
 

@@ -13,9 +13,9 @@ from ..errors import PlanError, StoreError
 from ..model import Lineage, Step, Trajectory
 from ..store import CheckpointStore
 from .plan import ReplayPlan
-from .replayer import replay
+from .replayer import areplay, replay
 
-__all__ = ["StepDiff", "TrajectoryDiff", "diff", "fork", "resume"]
+__all__ = ["StepDiff", "TrajectoryDiff", "afork", "aresume", "diff", "fork", "resume"]
 
 _MISSING: Any = object()
 
@@ -52,8 +52,81 @@ def fork(
     observation), ``model=`` (re-draw with a model hint) or ``edit=`` (re-draw with edited
     inputs) is required. The child's lineage names the parent and the fork step; its prefix
     steps are the parent's own (same hashes), so a store keeps them once. With ``store``
-    (a CheckpointStore or Session) the child is saved.
+    (a CheckpointStore or Session) the child is saved. :func:`afork` is the same inside an
+    event loop.
     """
+    branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
+    return branch.record(agent_fn, seed, verifier, pass_context)
+
+
+async def afork(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    at_step: int,
+    *,
+    do: Any = _MISSING,
+    remove: bool = False,
+    observe: Any = _MISSING,
+    model: str | None = None,
+    edit: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    store: Any = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """:func:`fork` for ``async def`` agents, from inside an event loop."""
+    branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
+    return await branch.arecord(agent_fn, seed, verifier, pass_context)
+
+
+def resume(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    *,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    store: Any = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """Fast-forward through the recording and continue live past its end.
+
+    Every recorded step is served as recorded; calls beyond the recording run live (side
+    effects included: this continues the real run). A run that crashed while recording picks
+    up where it stopped: when the crash came from its last step's failure (a tool that could
+    not reach its service), that step runs again live. With ``store`` the resumed run is saved.
+    :func:`aresume` is the same inside an event loop.
+    """
+    return _resume(trajectory, session_id, store).record(agent_fn, seed, verifier, pass_context)
+
+
+async def aresume(
+    agent_fn: Callable[..., Any],
+    trajectory: Trajectory,
+    *,
+    session_id: str | None = None,
+    seed: int = 0,
+    verifier: Verifier | None = None,
+    store: Any = None,
+    pass_context: bool = True,
+) -> Trajectory:
+    """:func:`resume` for ``async def`` agents, from inside an event loop."""
+    branch = _resume(trajectory, session_id, store)
+    return await branch.arecord(agent_fn, seed, verifier, pass_context)
+
+
+def _fork(
+    trajectory: Trajectory,
+    at_step: int,
+    do: Any,
+    remove: bool,
+    observe: Any,
+    model: str | None,
+    edit: Mapping[str, Any] | None,
+    session_id: str | None,
+    store: Any,
+) -> _Branch:
     chosen = [
         name
         for name, given in (
@@ -86,90 +159,94 @@ def fork(
     elif model is not None:
         plan, intervention = plan.swap_model(model), {"model": model}
     else:
-        plan, intervention = plan.edit(at_step, edit), {"edit": dict(edit)}
-    return _branch(
-        agent_fn,
+        plan = plan.edit(at_step, edit)  # type: ignore[arg-type]
+        intervention = {"edit": dict(edit)}  # type: ignore[arg-type]
+    return _Branch(
         trajectory,
         plan,
         session_id or _free_id(store, f"{trajectory.session_id}-fork-{at_step}"),
         Lineage(trajectory.session_id, at_step, intervention),
         "fork",
-        seed=seed,
-        verifier=verifier,
-        store=store,
-        pass_context=pass_context,
+        _claimed(store, session_id),
     )
 
 
-def resume(
-    agent_fn: Callable[..., Any],
-    trajectory: Trajectory,
-    *,
-    session_id: str | None = None,
-    seed: int = 0,
-    verifier: Verifier | None = None,
-    store: Any = None,
-    pass_context: bool = True,
-) -> Trajectory:
-    """Fast-forward through the recording and continue live past its end.
-
-    Every recorded step is served as recorded; calls beyond the recording run live (side
-    effects included: this continues the real run). A run that crashed while recording picks
-    up where it stopped: when the crash came from its last step's failure (a tool that could
-    not reach its service), that step runs again live. With ``store`` the resumed run is saved.
-    """
+def _resume(trajectory: Trajectory, session_id: str | None, store: Any) -> _Branch:
     steps = trajectory.steps
     crashed = bool(steps) and steps[-1].error is not None
     if crashed and trajectory.outcome is not None and trajectory.outcome.error is not None:
         trajectory = replace(trajectory, steps=steps[:-1])  # a prefix of a chain is a chain
-    return _branch(
-        agent_fn,
+    return _Branch(
         trajectory,
         replace(ReplayPlan.factual(), resume=True),
         session_id or _free_id(store, f"{trajectory.session_id}-resumed"),
         Lineage(trajectory.session_id, len(trajectory.steps), {"resume": True}),
         "resume",
-        seed=seed,
-        verifier=verifier,
-        store=store,
-        pass_context=pass_context,
+        _claimed(store, session_id),
     )
 
 
-def _branch(
-    agent_fn: Callable[..., Any],
-    trajectory: Trajectory,
-    plan: ReplayPlan,
-    session_id: str,
-    lineage: Lineage,
-    source: str,
-    *,
-    seed: int,
-    verifier: Verifier | None,
-    store: Any,
-    pass_context: bool,
-) -> Trajectory:
-    """Replay ``trajectory`` under ``plan`` and record the result as a child run (saved to
-    ``store`` when given; a taken ``session_id`` is refused before anything runs)."""
+@dataclass(frozen=True)
+class _Branch:
+    """A child run to record: ``trajectory`` replayed under ``plan``, saved as
+    ``session_id`` with ``lineage`` (to ``store`` when there is one)."""
+
+    trajectory: Trajectory
+    plan: ReplayPlan
+    session_id: str
+    lineage: Lineage
+    source: str
+    store: CheckpointStore | None
+
+    def record(
+        self, agent_fn: Callable[..., Any], seed: int, verifier: Any, pass_context: bool
+    ) -> Trajectory:
+        result = replay(
+            agent_fn,
+            self.trajectory,
+            self.plan,
+            seed=seed,
+            verifier=verifier,
+            pass_context=pass_context,
+        )
+        return self._saved(result)
+
+    async def arecord(
+        self, agent_fn: Callable[..., Any], seed: int, verifier: Any, pass_context: bool
+    ) -> Trajectory:
+        result = await areplay(
+            agent_fn,
+            self.trajectory,
+            self.plan,
+            seed=seed,
+            verifier=verifier,
+            pass_context=pass_context,
+        )
+        return self._saved(result)
+
+    def _saved(self, result: Any) -> Trajectory:
+        child = result.trajectory(
+            self.session_id,
+            lineage=self.lineage,
+            task=self.trajectory.task,
+            seed=self.trajectory.seed,
+            metadata={"source": self.source},
+        )
+        if self.store is not None:
+            self.store.save(child, replace=False)
+        return child
+
+
+def _claimed(store: Any, session_id: str | None) -> CheckpointStore | None:
+    """The store to save a branch to, refusing a ``session_id`` it already holds before
+    anything runs."""
     target = _store_of(store)
-    if target is not None and session_id in target:
+    if target is not None and session_id is not None and session_id in target:
         raise StoreError(
             f"session {session_id!r} already exists in the store; give the new branch "
             "another id (session_id=, or --child on the command line)"
         )
-    result = replay(
-        agent_fn, trajectory, plan, seed=seed, verifier=verifier, pass_context=pass_context
-    )
-    child = result.trajectory(
-        session_id,
-        lineage=lineage,
-        task=trajectory.task,
-        seed=trajectory.seed,
-        metadata={"source": source},
-    )
-    if target is not None:
-        target.save(child, replace=False)
-    return child
+    return target
 
 
 def _free_id(store: Any, wanted: str) -> str:
