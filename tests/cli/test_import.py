@@ -137,3 +137,11 @@ def test_a_trace_with_no_agent_span_is_reported_not_silently_dropped(db_path):
     assert result.exit_code == 0, result.output
     assert "Imported 0 trajectories" in result.output
     assert "1 trace(s) hold no GenAI operation, agent or tool span" in result.output
+
+
+def test_a_file_that_failed_is_not_counted_under_its_format(tmp_path, db_path):
+    damaged = tmp_path / "other.sqlite"
+    damaged.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    result = CliRunner().invoke(main, ["import", str(damaged), "--db", str(db_path)])
+    assert result.exit_code == 1
+    assert "from 0 of 1 files" in result.output and "[1 store]" not in result.output

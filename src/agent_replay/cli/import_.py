@@ -89,7 +89,7 @@ def import_command(
     sessions = result.sessions
     steps = sum(s.steps for s in sessions)
     replayable = sum(1 for s in sessions if s.capture.get("replayable"))
-    formats = Counter(s.format for s in result.sources if s.format)
+    formats = Counter(s.format for s in result.sources if s.format and s.ok)  # files read
     if as_json:
         echo_json(
             {
