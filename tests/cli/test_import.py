@@ -140,8 +140,17 @@ def test_a_trace_with_no_agent_span_is_reported_not_silently_dropped(db_path):
 
 
 def test_a_file_that_failed_is_not_counted_under_its_format(tmp_path, db_path):
+    """A store that opens but whose sessions cannot be listed: FAILED, and not "[1 store]"."""
+    import sqlite3
+
+    from agent_replay import record
+
     damaged = tmp_path / "other.sqlite"
-    damaged.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    with CheckpointStore(damaged) as store:
+        store.save(record(lambda ctx: ctx.llm("a", produce=lambda: 1), session_id="x"))
+    with sqlite3.connect(damaged) as conn:
+        conn.execute("DROP TABLE sessions")
+        conn.execute("CREATE TABLE sessions (x)")
     result = CliRunner().invoke(main, ["import", str(damaged), "--db", str(db_path)])
     assert result.exit_code == 1
     assert "from 0 of 1 files" in result.output and "[1 store]" not in result.output
