@@ -317,6 +317,19 @@ def test_grpc_requests_that_are_not_the_services_message_are_invalid_argument(se
     channel.close()
 
 
+def read_response(reader) -> bytes:
+    """The status line and headers of the next HTTP response on ``reader`` (a socket's
+    ``makefile("rb")``); its body is read to the end, so the next response starts clean."""
+    head = [reader.readline()]
+    while head[-1] not in (b"\r\n", b""):
+        head.append(reader.readline())
+    length = next(
+        (int(h.split(b":")[1]) for h in head if h.lower().startswith(b"content-length")), 0
+    )
+    reader.read(length)
+    return b"".join(head)
+
+
 def test_a_refused_request_does_not_spoil_its_kept_alive_connection(served, db_path):
     """A 401 is answered before the body is read. Either the connection is closed (what the
     receiver does) or the next request on it must be read as a request, not as that body."""
@@ -331,24 +344,12 @@ def test_a_refused_request_does_not_spoil_its_kept_alive_connection(served, db_p
 
     conn = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
     reader = conn.makefile("rb")
-
-    def response():
-        """The status line and headers of the next response; its body read to the end."""
-        head = [reader.readline()]
-        while head[-1] not in (b"\r\n", b""):
-            head.append(reader.readline())
-        length = next(
-            (int(h.split(b":")[1]) for h in head if h.lower().startswith(b"content-length")), 0
-        )
-        reader.read(length)
-        return b"".join(head)
-
     conn.sendall(request("wrong"))
-    reply = response()
+    reply = read_response(reader)
     assert b" 401 " in reply.split(b"\r\n", 1)[0]
     if b"Connection: close" not in reply:
         conn.sendall(request("s3cret"))
-        assert b" 200 " in response().split(b"\r\n", 1)[0]
+        assert b" 200 " in read_response(reader).split(b"\r\n", 1)[0]
     else:
         assert reader.read(1) == b""  # closed, as it said
     reader.close()
@@ -384,18 +385,22 @@ def test_stop_waits_for_a_request_whose_body_is_still_arriving(served, db_path):
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     idle = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
+    idle_reader = idle.makefile("rb")
     idle.sendall(head + body)
-    assert b" 200 " in idle.recv(65536).split(b"\r\n", 1)[0]  # and kept alive
+    assert b" 200 " in read_response(idle_reader).split(b"\r\n", 1)[0]  # and kept alive
     sending = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
     sending.sendall(head + body[:-10])
     time.sleep(0.2)
     stopper = threading.Thread(target=collector.stop, kwargs={"grace": 5})
     stopper.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while not collector.receiver.draining and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert collector.receiver.draining  # and still waiting for the request being sent
     idle.sendall(head + body)
-    assert b" 503 " in idle.recv(65536).split(b"\r\n", 1)[0]
+    assert b" 503 " in read_response(idle_reader).split(b"\r\n", 1)[0]
     sending.sendall(body[-10:])
-    assert b" 200 " in sending.recv(65536).split(b"\r\n", 1)[0]
+    assert b" 200 " in read_response(sending.makefile("rb")).split(b"\r\n", 1)[0]
     stopper.join(10)
     assert not stopper.is_alive()
     idle.close()

@@ -445,6 +445,12 @@ class Receiver:
         with self._lock:
             self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
 
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` has begun (new requests get 503)."""
+        with self._lock:
+            return not self._accepting
+
     def snapshot(self) -> dict[str, Any]:
         """Counters for logs and the ``collect`` summary."""
         with self._lock:
