@@ -257,3 +257,22 @@ def test_a_line_cut_short_does_not_swallow_the_next_line(tmp_path):
     ]
     assert len(result.spans) == len(sdk_spans())  # both whole lines read (the same spans)
     assert result.sources[0].spans == 2 * len(sdk_spans())
+
+
+def test_a_pretty_printed_document_in_json_lines_is_one_skipped_line_per_line(tmp_path):
+    """JSON Lines hold one document per line: a line such as `  "resourceSpans": [` is one
+    bad line, not a string document and then an error."""
+    lines = [
+        line
+        for line in (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    pretty = json.dumps(json.loads(lines[0]), indent=2)
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(lines[0] + "\n" + pretty + "\n")
+    result = load_many([path])
+    assert result.trajectories and not result.errors
+    assert len(result.warnings) == len(pretty.splitlines())
+    assert [w.split("skipped line ")[1].split(" ")[0].rstrip(":") for w in result.warnings] == [
+        str(n) for n in range(2, len(pretty.splitlines()) + 2)
+    ]

@@ -622,6 +622,17 @@ def parse_json_bytes(
             elif lines and eol != -1 and end > eol:  # a line that the next one completes
                 error = _line_error(text, index, eol, line, source)
                 end = eol
+            if lines and error is None:
+                stop = size if eol == -1 else eol
+                if _SPACE.match(text, end).end() < stop:  # type: ignore[union-attr]
+                    # one document per line: a line with more after it (a pretty-printed
+                    # document's `"key": [`) is one bad line, not a value and an error
+                    error = ImportFormatError(
+                        "not valid JSON (more follows the document on its line)",
+                        source=source,
+                        position=f"line {line}",
+                    )
+                    end = eol
         docs.append((f"line {line}", document if error is None else error))
         if end == -1:
             break
