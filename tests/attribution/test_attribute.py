@@ -284,3 +284,49 @@ def test_json_report_round_trip(demo_run, tmp_path):
     assert data == result.to_dict()
     assert data["culprit_index"] == 2 and data["repair"]["valid"]
     assert data["schema_version"] == REPORT_SCHEMA_VERSION
+
+
+def test_a_repair_guard_keeps_step_names_and_values_out_of_its_code(capsys):
+    """An imported span's name is data: nothing in it may become guard code."""
+    from agent_replay.attribution.result import Repair
+    from agent_replay.attribution.stats import Interval
+
+    def guard(original, replacement, label):
+        interval = Interval(0.0, 0.1, 0.95, "clopper-pearson")
+        repair = Repair(
+            0, label, original, replacement, 0.0, interval, True, 1.0, 0.5, 64, 1, "given"
+        )
+        namespace: dict = {}
+        exec(repair.to_guard(), namespace)
+        return next(v for k, v in namespace.items() if k.startswith("guard_"))
+
+    fix = guard("bad", "good", "write)\nprint('INJECTED')\n#\u2028x")
+    assert capsys.readouterr().out == ""  # the name's "code" did not run
+    assert fix("bad") == "good" and fix("other") == "other"
+    tuple_fix = guard(("a", 1), ["b", 2], "llm:t")  # not plain JSON: compared by repr
+    assert tuple_fix(("a", 1)) == ["b", 2] and tuple_fix(["a", 1]) == ["a", 1]
+
+
+def test_a_budget_too_small_to_measure_gives_valid_json_and_says_so(demo_run):
+    """Positions the budget stopped before any rollout are not in the curve (their failure
+    rate would be NaN, which is not JSON), and unmeasured steps are "not measured", never
+    "no measurable effect"."""
+    from agent_replay.report.schema import ReportSchemaError, validate_report
+
+    seen = 0
+    for budget in (1, 3, 5):
+        result = attribute(demo_run, support_agent, refund_approved, budget=budget)
+        data = json.loads(result.to_json())  # strict JSON: would fail on NaN
+        json.dumps(data, allow_nan=False)
+        assert all(point["rollouts"] > 0 for point in data["curve"])
+        validate_report(data)
+        trace = result.explain(demo_run).trace
+        for entry, step in zip(trace, result.steps, strict=True):
+            interval = step.interval or step.segment_interval
+            unmeasured = interval is not None and interval.low <= -1 and interval.high >= 1
+            if unmeasured and entry.role not in ("observation-only", "locked-in", "decisive"):
+                assert entry.role == "unresolved" and "not measured" in entry.note
+                seen += 1
+    assert seen  # some step was left unmeasured by these budgets
+    with pytest.raises(ReportSchemaError, match="NaN"):
+        validate_report({**data, "curve": [{**data["curve"][0], "failure_rate": float("nan")}]})

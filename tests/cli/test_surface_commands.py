@@ -191,3 +191,9 @@ def test_progress_counts_what_ran():
     assert progress.live_steps == result.cost["live_steps"]
     assert f"{result.cost['rollouts']} rollouts" in stream.getvalue().splitlines()[-1]
     assert "of a 10000 budget" in stream.getvalue()
+
+
+def test_confidence_outside_the_open_interval_is_a_usage_error(demo_db):
+    for bad in ("1", "0.5", "1.2"):
+        result = attribute(demo_db, "s1", "--confidence", bad, "--no-save")
+        assert result.exit_code == 2 and "--confidence" in result.output, result.output

@@ -366,7 +366,8 @@ def _curve(profile: PrefixProfile, confidence: float, looks: int) -> tuple[Curve
     points = []
     for position in profile.positions():
         rate, interval, trials = profile.rate(position, level)
-        points.append(CurvePoint(position, rate, interval, trials))
+        if trials:  # a position the budget stopped before any rollout ran is not measured
+            points.append(CurvePoint(position, rate, interval, trials))
     return tuple(points)
 
 

@@ -225,18 +225,24 @@ class Repair:
         }
 
     def to_guard(self) -> str:
-        """A deploy-time guard: Python that replaces the failing action by the repair."""
-        original = json.dumps(_jsonable(self.original), ensure_ascii=False)
-        replacement = json.dumps(_jsonable(self.replacement), ensure_ascii=False)
+        """A deploy-time guard: Python that replaces the failing action by the repair.
+
+        Nothing of the step's name or values reaches the code but as escaped literals (an
+        imported span's name is data, not code). Actions that are plain JSON are compared
+        as values; any other action (a tuple, a set) by its ``repr``, as recorded."""
+        plain = _is_plain_json(self.original)
+        original = json.dumps(self.original if plain else repr(self.original))
+        replacement = json.dumps(_jsonable(self.replacement))
+        compared = "action" if plain else "repr(action)"
         return (
-            f"# agent-replay repair for step {self.step} ({self.label}): validated failure "
-            f"rate {self.failure_rate:.2f} over {self.rollouts} rollouts\n"
+            f"# agent-replay repair for step {self.step} {json.dumps(self.label)}: validated "
+            f"failure rate {self.failure_rate:.2f} over {self.rollouts} rollouts\n"
             f"import json\n"
             f"_ORIGINAL = json.loads({original!r})\n"
             f"_REPLACEMENT = json.loads({replacement!r})\n\n"
             f"def guard_{_identifier(self.label)}(action):\n"
             f'    """Return the validated repair when the step produces the failing action."""\n'
-            f"    return _REPLACEMENT if action == _ORIGINAL else action\n"
+            f"    return _REPLACEMENT if {compared} == _ORIGINAL else action\n"
         )
 
 
@@ -399,5 +405,13 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
+def _is_plain_json(value: Any) -> bool:
+    """Whether ``value`` comes back equal from JSON (no tuples, sets, non-string keys...)."""
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
 def _identifier(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in text).strip("_") or "step"
+    return "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in text).strip("_") or "step"

@@ -140,7 +140,13 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     type=click.Choice(["failure", "credit"]),
     help="failure: which step made it fail; credit: which step secured a success.",
 )
-@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 1))
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=click.FloatRange(0.5, 1, min_open=True, max_open=True),
+    help="Confidence level of the intervals, strictly between 0.5 and 1.",
+)
 @click.option(
     "--out",
     "out_prefix",

@@ -38,7 +38,7 @@ ROLES = (
     "contributing",  # raised it too (significantly or not; the note says)
     "protective",  # its recorded action lowered the failure probability
     "neutral",  # no measurable effect
-    "unresolved",  # inside a segment with an effect the search did not split
+    "unresolved",  # inside a segment with an effect the search did not split, or unmeasured
     "locked-in",  # at or after the point of no return
     "observation-only",  # held in every rollout (no policy, or side effects): not scored
 )
@@ -395,6 +395,13 @@ def _role(
             "decisive",
             f"effect {fmt_effect(effect)} {fmt_interval(interval)}; {data['verdict']}",
         )
+    measured_interval = interval if hi - lo == 1 else step.get("segment_interval")
+    if _unmeasured(measured_interval):
+        where = f"step {i}" if hi - lo == 1 else f"steps {lo}-{hi - 1}"
+        return "unresolved", (
+            f"{where}: not measured (no rollout pair compared it before the search stopped, "
+            f"{data.get('stop_reason', '')}); its effect is unknown, not zero"
+        )
     if hi - lo == 1 and effect is not None:
         shown = f"effect {fmt_effect(effect)} {fmt_interval(interval)}"
         significant = bool(interval) and interval["low"] > 0
@@ -410,6 +417,11 @@ def _role(
             f"{where}: together {fmt_effect(total)} {fmt_interval(step.get('segment_interval'))}"
         )
     return "neutral", f"{where}: together {fmt_effect(total)}; no measurable effect"
+
+
+def _unmeasured(interval: Mapping[str, Any] | None) -> bool:
+    """An effect interval of the whole [-1, 1]: no pair of rollouts compared it."""
+    return bool(interval) and interval["low"] <= -1.0 and interval["high"] >= 1.0
 
 
 def _caveats(data: Mapping[str, Any]) -> list[str]:

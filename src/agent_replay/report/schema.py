@@ -12,6 +12,7 @@ otherwise checks the version and the required top-level keys only. Raises
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -56,6 +57,9 @@ def validate_report(data: Any) -> None:
         if missing:
             raise ReportSchemaError(f"report lacks {', '.join(missing)}") from None
         return
+    bad = _non_finite(data)
+    if bad is not None:
+        raise ReportSchemaError(f"report invalid at {bad}: NaN and infinities are not JSON")
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(dict(data)), key=lambda e: list(e.absolute_path))
     if errors:
@@ -63,3 +67,20 @@ def validate_report(data: Any) -> None:
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ReportSchemaError(f"report invalid at {where}: {first.message}{more}")
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """The path of the first NaN or infinite number in ``value`` (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "(top level)"
+    if isinstance(value, Mapping):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite(item, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
