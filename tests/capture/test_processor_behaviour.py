@@ -82,9 +82,9 @@ def test_a_deleted_store_file_is_counted_and_logged_not_raised(db_path, provider
     with caplog.at_level(logging.ERROR, logger="agent_replay"):
         emit_run(tracer)  # the application carries on
         emit_run(tracer)
-        assert processor.force_flush()
+        assert not processor.force_flush()  # the flush says its write failed
         emit_run(tracer)
-        assert processor.force_flush()
+        assert not processor.force_flush()
     assert processor.stats()["errors"] == 2
     logged = [r for r in caplog.records if "failed to store captured spans" in r.getMessage()]
     assert len(logged) == 1, "a failing store is logged once, then summarised"
@@ -99,7 +99,7 @@ def test_a_store_locked_by_another_writer_is_counted_not_waited_for(db_path, pro
     try:
         tracer = provider.get_tracer("app")
         emit_run(tracer)
-        assert processor.force_flush(timeout_millis=10_000)
+        assert not processor.force_flush(timeout_millis=10_000)  # its write failed
         assert processor.stats()["errors"] == 1
         assert processor.stats()["sessions_written"] == 0
     finally:
@@ -117,7 +117,7 @@ def test_a_closed_store_is_counted(db_path, provider):
     processor = attach(db_path, tracer_provider=provider)
     processor.store.close()
     emit_run(provider.get_tracer("app"))
-    assert processor.force_flush()
+    assert not processor.force_flush()
     assert processor.stats()["errors"] == 1
 
 
@@ -402,3 +402,63 @@ def test_a_forked_child_captures_with_its_own_worker(db_path, provider):
     sessions = stored(db_path)
     assert sorted(t.steps[0].agent for t in sessions.values()) == ["child", "parent"]
     assert all(len(t.steps) in (1, 2) for t in sessions.values())
+
+
+def test_a_conversation_id_equal_to_a_native_session_id_never_takes_or_merges_it(db_path, provider):
+    """A native agent whose session id is also the conversation id of an instrumented call
+    it makes outside its steps: the native run is stored as recorded, whichever is written
+    first, and the captured spans go to ``<id>.otel``."""
+    processor = attach(db_path, provider)
+    tracer = provider.get_tracer("t")
+
+    def agent(ctx):
+        first = ctx.llm("plan", produce=lambda: "go")
+        emit_run(tracer, **{"gen_ai.conversation.id": ctx.session_id})  # outside ctx steps
+        processor.force_flush()  # the otel trace is written while the native run goes on
+        return first
+
+    with Session(db_path) as session:
+        session.record(agent, session_id="chat-7")
+        emit_run(tracer, **{"gen_ai.conversation.id": "chat-7"})  # a later turn, same id
+        processor.force_flush()
+    sessions = stored(db_path)
+    assert set(sessions) == {"chat-7", "chat-7.otel"}
+    native = sessions["chat-7"]
+    assert native.metadata["source"] == "native" and [s.name for s in native.steps] == ["plan"]
+    assert len(sessions["chat-7.otel"].metadata["trace_ids"]) == 2  # both turns, continued
+
+
+def test_a_trace_whose_writes_keep_failing_is_counted_as_dropped(db_path, provider):
+    store = CheckpointStore(db_path, busy_timeout=0.05)
+    processor = attach(store, tracer_provider=provider, schedule_delay_millis=600_000)
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        emit_run(provider.get_tracer("app"))
+        for _ in range(3):  # MAX_ATTEMPTS failed writes
+            assert not processor.force_flush(timeout_millis=10_000)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert processor.stats()["dropped_traces"] == 1
+    assert processor.force_flush() and store.session_ids() == []
+    store.close()
+
+
+def test_spans_dropped_on_a_full_queue_are_in_the_capture_report(db_path, provider):
+    """A full queue loses spans (counted in stats); the trace's stored session must say so
+    instead of claiming to be replayable."""
+    processor = attach(
+        db_path, tracer_provider=provider, max_queue_size=5, schedule_delay_millis=600_000
+    )
+    tracer = provider.get_tracer("app")
+    with agent_span(tracer):
+        for n in range(20):
+            with tracer.start_as_current_span(f"execute_tool t{n}", attributes=tool(f"t{n}")):
+                pass
+    assert processor.stats()["dropped"] == 16  # 5 queued, the other 15 tools and the agent
+    assert processor.force_flush()
+    (trajectory,) = stored(db_path).values()
+    report = trajectory.metadata["capture"]
+    assert report["dropped_spans"] == 16 and report["replayable"] is False
+    assert any("dropped before capture" in note for note in report["notes"])

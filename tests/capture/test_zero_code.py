@@ -138,3 +138,16 @@ def test_the_entry_point_builds_an_exporter_without_arguments(tmp_path, monkeypa
     exporter = exporter_class()
     assert exporter.store.path == tmp_path / "ep.sqlite"
     exporter.shutdown()
+
+
+def test_a_store_that_cannot_be_opened_turns_capture_off_not_opentelemetry(tmp_path):
+    """The SDK abandons its whole configuration when an exporter raises on construction: the
+    application's other exporters (here the console) must keep working."""
+    result = run_instrumented(
+        tmp_path,
+        OTEL_TRACES_EXPORTER="agent_replay,console",
+        AGENT_REPLAY_DB=str(tmp_path / "missing" / "dir" / "runs.sqlite"),
+    )
+    assert '"name": "chat gpt-4o"' in result.stdout  # the console exporter ran
+    assert "capture is off" in result.stderr
+    assert "Failed to auto initialize" not in result.stderr

@@ -16,6 +16,7 @@ from agent_replay import CheckpointStore, ReplayPlan, instrument
 from agent_replay.capture.context import INTERCEPTED_ATTRIBUTE
 from agent_replay.instrument import record_agent, replay_agent
 from agent_replay.otel import attach
+from instrumenting import uninstrument
 
 
 def genai_openai():
@@ -30,7 +31,13 @@ def openinference_openai():
     return OpenAIInstrumentor(), "openinference.instrumentation.openai"
 
 
-INSTRUMENTATIONS = [genai_openai, openinference_openai]
+def traceloop_openai():
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    return OpenAIInstrumentor(), "opentelemetry.instrumentation.openai.v1"
+
+
+INSTRUMENTATIONS = [genai_openai, openinference_openai, traceloop_openai]
 
 
 def two_call_agent(client):
@@ -80,7 +87,7 @@ def test_without_a_run_the_processor_stores_the_instrumentations_spans(
         with instrument.installed("openai"):
             two_call_agent(api.openai())("hi")
     finally:
-        instrumentor.uninstrument()
+        uninstrument(instrumentor)  # Traceloop's own leaves its wrappers in place
     assert processor.force_flush()
     assert len(_sdk_spans(exporter, scope)) == 2
     assert processor.stats()["spans_seen"] == 2  # both reached the processor's sink
@@ -110,7 +117,7 @@ def test_one_step_per_call_whichever_is_installed_first(
         held = replay_agent(agent, traj)
         redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1))
     finally:
-        instrumentor.uninstrument()
+        uninstrument(instrumentor)  # Traceloop's own leaves its wrappers in place
         installation.undo()
     assert processor.force_flush()
 
@@ -143,7 +150,7 @@ def test_an_undone_patch_under_a_later_instrumentation_becomes_a_pass_through(te
         assert traj.steps == ()  # not intercepted any more
         assert len(_sdk_spans(exporter, scope)) == 2  # their wrapper still works
     finally:
-        instrumentor.uninstrument()
+        uninstrument(instrumentor)  # Traceloop's own leaves its wrappers in place
 
 
 def test_the_exporter_form_skips_marked_spans_too(db_path):

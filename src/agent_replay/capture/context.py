@@ -677,13 +677,33 @@ def make_tracer(tracer_provider: trace.TracerProvider | None) -> trace.Tracer:
     return provider.get_tracer(SCOPE_NAME, __version__)
 
 
+_RUNNING: dict[str, int] = {}  # session id -> native runs of it in progress in this process
+_RUNNING_LOCK = threading.Lock()
+
+
 def activate(ctx: AgentContext) -> Any:
     """Make ``ctx`` the ambient context; returns the token for :func:`deactivate`."""
-    return _CURRENT.set(ctx)
+    with _RUNNING_LOCK:
+        _RUNNING[ctx.session_id] = _RUNNING.get(ctx.session_id, 0) + 1
+    return ctx.session_id, _CURRENT.set(ctx)
 
 
 def deactivate(token: Any) -> None:
-    _CURRENT.reset(token)
+    session_id, inner = token
+    _CURRENT.reset(inner)
+    with _RUNNING_LOCK:
+        left = _RUNNING.get(session_id, 1) - 1
+        if left > 0:
+            _RUNNING[session_id] = left
+        else:
+            _RUNNING.pop(session_id, None)
+
+
+def native_run_in_progress(session_id: str) -> bool:
+    """Whether a native run (record or replay) of ``session_id`` is going on in this process:
+    its session is not stored yet, so spans captured meanwhile must not take its id."""
+    with _RUNNING_LOCK:
+        return session_id in _RUNNING
 
 
 def inside_step() -> bool:

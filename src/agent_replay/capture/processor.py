@@ -171,6 +171,7 @@ class TrajectorySpanProcessor(SpanProcessor):
         self._delay = schedule_delay_millis / 1000.0
         self._stopped = False
         self.dropped = 0
+        self._dropped_traces: dict[int, int] = {}  # trace id -> spans dropped (queue full)
         self._start_worker()
         _LIVE.add(self)
 
@@ -243,6 +244,9 @@ class TrajectorySpanProcessor(SpanProcessor):
             queue = self._queue
             if len(queue) >= self._max_queue:
                 self.dropped += 1
+                lost = self._dropped_traces
+                if len(lost) < _MAX_SKIPPED:  # for the capture reports of those traces
+                    lost[ctx.trace_id] = lost.get(ctx.trace_id, 0) + 1
                 return
             queue.append(span)
             if len(queue) >= self._batch:
@@ -269,6 +273,12 @@ class TrajectorySpanProcessor(SpanProcessor):
         batch = []
         while queue:
             batch.append(queue.popleft())
+        if self._dropped_traces:
+            lost, self._dropped_traces = self._dropped_traces, {}
+            incomplete = self._sink.incomplete
+            for trace_id, count in lost.items():
+                key = format(trace_id, "032x")
+                incomplete[key] = incomplete.get(key, 0) + count
         try:
             spans = _normalize(batch, self._errors)
             if spans:
@@ -278,15 +288,17 @@ class TrajectorySpanProcessor(SpanProcessor):
             self._errors.record()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Store everything received so far, complete traces or not. False on timeout (or
-        when the worker is gone); never raises."""
+        """Store everything received so far, complete traces or not. False on timeout, when
+        the worker is gone, or when a write failed meanwhile (its spans are kept for the next
+        flush); never raises."""
         if not self._worker.is_alive():
             return False
+        errors = self.errors
         done = threading.Event()
         with self._flush_lock:
             self._flush_requests.append(done)
         self._wake.set()
-        return done.wait(timeout_millis / 1000.0)
+        return done.wait(timeout_millis / 1000.0) and self.errors == errors
 
     def shutdown(self) -> None:
         """Flush, stop the worker, wait for it, and close the store if this processor opened
@@ -301,13 +313,15 @@ class TrajectorySpanProcessor(SpanProcessor):
             self.store.close()
 
     def stats(self) -> dict[str, int]:
-        """Counters: spans seen, sessions written, spans dropped (queue full), worker errors."""
+        """Counters: spans seen, sessions written, spans dropped (queue full), traces given
+        up after failed writes (``dropped_traces``), worker errors."""
         return {
             "queued": len(self._queue),
             "spans_seen": self._sink.spans_seen,
             "pending_spans": self._sink.pending_spans,
             "sessions_written": self._sink.sessions_written,
             "dropped": self.dropped,
+            "dropped_traces": self._sink.dropped_traces,
             "errors": self.errors,
         }
 
@@ -358,6 +372,11 @@ class TrajectorySpanExporter(SpanExporter):
     batch processor calls :meth:`export` on its own thread, so the application never waits
     for it. Unlike the processor, an exporter cannot see where a span started, so GenAI spans
     made *inside* a native ctx step's ``produce`` are stored as an ``otel`` session too.
+
+    Configured from the environment, a store that cannot be opened turns capture off with one
+    logged error instead of raising: the SDK would otherwise abandon its whole configuration,
+    the application's other exporters and instrumentations included. A ``store`` passed in
+    code is opened as given (an error then is the caller's to see).
     """
 
     def __init__(
@@ -366,15 +385,29 @@ class TrajectorySpanExporter(SpanExporter):
         *,
         trace_idle_seconds: float = 30.0,
     ) -> None:
-        path = (
-            store if store is not None else os.environ.get("AGENT_REPLAY_DB", "agent-replay.sqlite")
-        )
-        self.store, self._owns_store = open_store(path)
-        self._sink = SpanSink(self.store, source="otel", idle_seconds=trace_idle_seconds)
         self._errors = _ErrorLog("store exported spans")
         self._lock = threading.Lock()
+        self.store: CheckpointStore | None = None
+        self._owns_store = False
+        self._sink: SpanSink | None = None
+        if store is None:
+            path = os.environ.get("AGENT_REPLAY_DB") or "agent-replay.sqlite"
+            try:
+                self.store, self._owns_store = open_store(path)
+            except Exception as exc:
+                _log.error(
+                    "agent-replay: capture is off: cannot open the store %r (AGENT_REPLAY_DB): %s",
+                    path,
+                    exc,
+                )
+                return
+        else:
+            self.store, self._owns_store = open_store(store)
+        self._sink = SpanSink(self.store, source="otel", idle_seconds=trace_idle_seconds)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._sink is None:  # capture is off (see the class docs)
+            return SpanExportResult.FAILURE
         try:
             batch = _normalize(spans, self._errors)
             with self._lock:
@@ -386,6 +419,8 @@ class TrajectorySpanExporter(SpanExporter):
             return SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if self._sink is None:
+            return False
         try:
             with self._lock:
                 self._sink.flush(force=True)
@@ -396,5 +431,5 @@ class TrajectorySpanExporter(SpanExporter):
 
     def shutdown(self) -> None:
         self.force_flush()
-        if self._owns_store:
+        if self._owns_store and self.store is not None:
             self.store.close()

@@ -55,8 +55,10 @@ class Recipe:
     notes: str = ""
 
 
-# transport-level arguments: they change how a request is sent, not what is asked
-_TRANSPORT = ("timeout",)
+# transport-level arguments: they change how a request is sent, not what is asked. Headers
+# included: an instrumentation installed over the patch (OpenLLMetry's OpenAI one) injects a
+# per-call `traceparent` there, which would make every recorded call unique and no replay hold
+_TRANSPORT = ("timeout", "extra_headers")
 
 _OPENAI_CHAT_USAGE = {
     "usage_input": ("usage.prompt_tokens",),

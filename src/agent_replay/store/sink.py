@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..capture.context import native_run_in_progress
 from ..errors import AgentReplayError, SessionChangedError, StoreError
 from ..mapping.assemble import assemble, continue_session, merge
 from ..mapping.spans import (
@@ -79,6 +80,9 @@ class SpanSink:
         self.spans_seen = 0
         self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
         self._attempts: dict[str, int] = {}
+        # trace id -> spans of it lost before they reached the sink (a full capture queue):
+        # the trace's capture report says so when it is written
+        self.incomplete: dict[str, int] = {}
 
     @property
     def pending_spans(self) -> int:
@@ -130,7 +134,10 @@ class SpanSink:
             ):
                 self.remembered_bytes -= self._done.popitem(last=False)[1][1]
         try:
-            trajectories = rehome(self.store, assemble(spans, source=self.source))
+            assembled = assemble(spans, source=self.source)
+            if self.incomplete:
+                assembled = [_incomplete(t, self.incomplete) for t in assembled]
+            trajectories = rehome(self.store, assembled)
             if trajectories:
                 covered = {(s.trace_id, s.span_id) for s in spans}
                 save_merged(self.store, trajectories, self.store.save_many, covered)
@@ -139,6 +146,7 @@ class SpanSink:
             raise
         for trace_id in taken:
             self._attempts.pop(trace_id, None)
+            self.incomplete.pop(trace_id, None)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
@@ -163,6 +171,26 @@ class SpanSink:
             trace.update(self._pending.get(trace_id, {}))
             self._pending[trace_id] = trace
             self._complete.add(trace_id)
+
+
+def _incomplete(trajectory: Trajectory, lost: Mapping[str, int]) -> Trajectory:
+    """``trajectory`` with its capture report saying how many spans of its traces were lost
+    before capture (and so not replayable as a whole)."""
+    dropped = sum(lost.get(t, 0) for t in trajectory.metadata.get("trace_ids", ()))
+    report = trajectory.metadata.get("capture")
+    if not dropped or not isinstance(report, Mapping):
+        return trajectory
+    note = (
+        f"{dropped} span(s) of this trace were dropped before capture (the processor's queue "
+        "was full): steps, or the agent span naming them, may be missing"
+    )
+    report = {
+        **report,
+        "dropped_spans": report.get("dropped_spans", 0) + dropped,
+        "notes": [*report.get("notes", ()), note],
+        "replayable": False,
+    }
+    return replace(trajectory, metadata={**trajectory.metadata, "capture": report})
 
 
 def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[Trajectory]:
@@ -234,7 +262,14 @@ def merged_with_stored(
     conversation of n traces costs O(n), not O(n²) loads and seals); otherwise merged with the
     whole stored session (also when ``follow`` is false; ``covered`` as in :func:`merge`);
     itself when there is none, when it cannot be read (said in ``warnings`` if given, else
-    logged), or when ``replace_untraced`` and the stored one was not captured from traces."""
+    logged), or when ``replace_untraced`` and the stored one was not captured from traces.
+
+    A trajectory captured from traces never merges into a session that was not (a native
+    run whose id a conversation id happens to equal), nor takes the id of a native run still
+    in progress in this process: without ``replace_untraced`` it goes to ``<id>.otel``."""
+    traced = bool(trajectory.metadata.get("trace_ids"))
+    if traced and not replace_untraced and native_run_in_progress(trajectory.session_id):
+        return _aside(store, trajectory, follow, covered, warnings)
     if trajectory.session_id not in store:
         return trajectory
     try:
@@ -250,9 +285,32 @@ def merged_with_stored(
         else:
             warnings.append(message)
         return trajectory
-    if replace_untraced and not old.metadata.get("trace_ids"):
-        return trajectory
+    if not old.metadata.get("trace_ids") and trajectory.metadata.get("trace_ids"):
+        if replace_untraced:
+            return trajectory
+        return _aside(store, trajectory, follow, covered, warnings)
     return merge(old, trajectory, covered=covered)
+
+
+def _aside(
+    store: CheckpointStore,
+    trajectory: Trajectory,
+    follow: bool,
+    covered: Collection[tuple[str, str]] | None,
+    warnings: list[str] | None,
+) -> Trajectory | Continuation:
+    """``trajectory`` under ``<id>.otel``, merged with what is stored there: its id belongs
+    to a session that was not captured from traces (see :func:`merged_with_stored`)."""
+    moved = replace(trajectory, session_id=f"{trajectory.session_id}.otel")
+    _log.info(
+        "agent-replay: session %r is a native run; spans captured with that conversation id "
+        "go to %r",
+        trajectory.session_id,
+        moved.session_id,
+    )
+    return merged_with_stored(
+        store, moved, follow=follow, covered=covered, replace_untraced=False, warnings=warnings
+    )
 
 
 def adopt(
