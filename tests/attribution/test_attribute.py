@@ -249,11 +249,18 @@ def test_aggregate_finds_the_systematic_step():
         t
         for s in range(60)
         if (t := record(support_agent, DEMO_TASK, seed=s, verifier=refund_approved)).outcome.failed
-    ][:4]
+    ][:5]
     aggregate = aggregate_runs(runs, support_agent, refund_approved)
     assert aggregate.systematic_culprit == "llm:choose_policy"
-    assert aggregate.steps[0].culprit_count == len(runs)
+    assert aggregate.steps[0].culprit_count == len(runs) == 5
     assert "Systematic weak step: llm:choose_policy" in aggregate.to_text()
+    # with 4 runs a sign test cannot tell 4 to 0 from chance at 95% (p = 1/16): none named
+    assert aggregate_runs(runs[:4], support_agent, refund_approved).systematic_culprit is None
+    for step in aggregate.steps:  # shares are of the failing runs, inside their intervals
+        share = step.culprit_count / len(runs)
+        assert step.culprit_share.low <= share <= step.culprit_share.high
+        if step.effect_interval is not None:
+            assert step.effect_interval.low <= (step.mean_effect or 0) <= step.effect_interval.high
 
 
 def test_effect_interval_over_runs_follows_the_confidence():

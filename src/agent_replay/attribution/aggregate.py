@@ -14,7 +14,7 @@ from ..errors import SuccessfulRunError
 from ..model import Trajectory
 from .api import attribute
 from .result import AttributionResult
-from .stats import Interval, clopper_pearson
+from .stats import Interval, clopper_pearson, mcnemar_p
 
 __all__ = ["AggregateResult", "StepAggregate", "aggregate_runs"]
 
@@ -47,8 +47,11 @@ class StepAggregate:
 
 @dataclass(frozen=True)
 class AggregateResult:
-    """``systematic_culprit`` is the step name most often the culprit, when that share's
-    interval lies above every other name's; ``steps`` is sorted by culprit count."""
+    """``systematic_culprit`` is the step name most often the culprit, when it is so
+    significantly more often than the runner-up (exact one-sided sign test over the runs
+    whose culprit is one of the two, at ``1 - confidence``); ``steps`` is sorted by culprit
+    count. A step's ``culprit_share`` is of the failing runs attributed (the runs it appears
+    in are its ``runs``)."""
 
     runs: int
     failing_runs: int
@@ -70,14 +73,16 @@ class AggregateResult:
         lines = [
             f"Aggregate attribution: {self.failing_runs} failing runs of {self.runs}",
             f"  Systematic weak step: {self.systematic_culprit or 'none stands out'}",
-            f"  {'step':<32} {'culprit':>9} {'share [95% CI]':>20} {'mean effect':>12} {'poc':>5}",
+            f"  {'step':<32} {'culprit':>9} {'share of failing runs [CI]':>26} "
+            f"{'in runs':>8} {'mean effect':>12} {'poc':>5}",
         ]
+        failing = max(1, len(self.results))
         for s in self.steps:
             effect = "-" if s.mean_effect is None else f"{s.mean_effect:+.2f}"
             lines.append(
-                f"  {s.label:<32} {s.culprit_count:>4}/{s.runs:<4} "
-                f"{s.culprit_count / max(1, s.runs):>5.0%} [{s.culprit_share.low:.2f},"
-                f" {s.culprit_share.high:.2f}] {effect:>12} {s.poc_count:>5}"
+                f"  {s.label:<32} {s.culprit_count:>4}/{failing:<4} "
+                f"{s.culprit_count / failing:>11.0%} [{s.culprit_share.low:.2f},"
+                f" {s.culprit_share.high:.2f}] {s.runs:>8} {effect:>12} {s.poc_count:>5}"
             )
         return "\n".join(lines)
 
@@ -119,6 +124,7 @@ def aggregate_runs(
     culprits: Counter[str] = Counter()
     pocs: Counter[str] = Counter()
     effects: dict[str, list[float]] = defaultdict(list)
+    bounds: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for result in results:
         labels = {step.label for step in result.steps}
         seen.update(labels)
@@ -129,11 +135,23 @@ def aggregate_runs(
         for step in result.steps:
             if step.effect is not None:
                 effects[step.label].append(step.effect)
+                if step.interval is not None:
+                    bounds[step.label].append((step.interval.low, step.interval.high))
     rows = []
     for label, runs in seen.items():
         values = effects.get(label, [])
         mean = statistics.fmean(values) if values else None
         interval = mean_interval(values, confidence) if len(values) >= 2 else None
+        if interval is not None and interval.low == interval.high and bounds.get(label):
+            # no spread between the runs' estimates (exact zeros of a step the agent ignores)
+            # says little about their mean: keep the runs' own uncertainty instead
+            lows, highs = zip(*bounds[label], strict=True)
+            interval = Interval(
+                statistics.fmean(lows),
+                statistics.fmean(highs),
+                confidence,
+                "mean of the runs' intervals (no spread between runs)",
+            )
         rows.append(
             StepAggregate(
                 label,
@@ -148,11 +166,9 @@ def aggregate_runs(
     rows.sort(key=lambda r: (-r.culprit_count, -(r.mean_effect or 0.0), r.label))
     systematic = None
     if rows and rows[0].culprit_count:
-        top = rows[0]
-        if all(top.culprit_share.low > other.culprit_share.high for other in rows[1:]) or (
-            len([r for r in rows if r.culprit_count]) == 1 and top.culprit_count >= 2
-        ):
-            systematic = top.label
+        runner_up = rows[1].culprit_count if len(rows) > 1 else 0
+        if mcnemar_p(rows[0].culprit_count, runner_up) < 1.0 - confidence:
+            systematic = rows[0].label
     return AggregateResult(
         len(trajectories), len(results), systematic, tuple(rows), tuple(results), tuple(skipped)
     )
