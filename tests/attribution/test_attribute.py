@@ -337,3 +337,20 @@ def test_a_budget_too_small_to_measure_gives_valid_json_and_says_so(demo_run):
     assert seen  # some step was left unmeasured by these budgets
     with pytest.raises(ReportSchemaError, match="NaN"):
         validate_report({**data, "curve": [{**data["curve"][0], "failure_rate": float("nan")}]})
+
+
+def test_a_failure_from_a_held_step_says_so_instead_of_asking_for_rollouts():
+    def agent(ctx):
+        ctx.llm("plan", produce=lambda: ctx.rng.choice(["card", "invoice"]))
+        return ctx.tool("charge", produce=lambda: "declined", side_effects=True)
+
+    def verifier(result):
+        return 0.0 if result == "declined" else 1.0
+
+    traj = record(agent, seed=1, verifier=verifier)
+    result = attribute(traj, agent, verifier, budget=200)
+    assert result.culprit_index is None
+    explanation = result.explain(traj)
+    assert "a held step (step 1 (tool:charge)" in explanation.why
+    assert "More rollouts will not change that" in explanation.why
+    assert "fork --observe" in explanation.fix

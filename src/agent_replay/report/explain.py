@@ -200,7 +200,11 @@ def _strength(data: Mapping[str, Any]) -> str:
     if verdict == "separated":
         level = fdr.get("separation_confidence")
         at = f" at {level:.1%} simultaneous confidence" if finite(level) else ""
-        return f"separated: its effect is larger than every other step's{at}"
+        return (
+            "separated: its effect is larger than that of every other part of the run it was "
+            f"compared with{at} (neighbouring steps of small effect are compared by their "
+            "total)"
+        )
     if verdict == "likely":
         return (
             f"likely: its effect is significantly positive but not yet separated from every "
@@ -266,12 +270,22 @@ def _why(
                 f"{fmt_rate(end['failure_rate'])} of the time, so there is little to attribute: "
                 "check replay fidelity first (non-deterministic tools, judge or agent code)."
             )
+        held = _held(steps)
         if start is not None and finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
+            source = "the task, the environment or the verifier"
+            if held:
+                source = f"a held step ({held}, never re-drawn), " + source
             parts.append(
                 f"Even with every step re-drawn the {event} rate is F(0) = "
-                f"{fmt_rate(start['failure_rate'])}: the outcome comes from the task, the "
-                "environment or the verifier more than from any one step's choice."
+                f"{fmt_rate(start['failure_rate'])}: the outcome comes from {source} more than "
+                "from any one re-drawn step's choice."
             )
+            if held:
+                parts.append(
+                    "More rollouts will not change that: to test a held step, give it a "
+                    "resample policy, or intervene on it with a mock observation (fork "
+                    "--observe)."
+                )
         if not parts:
             parts.append(
                 "The evidence does not single out one step: effects may be small, spread over "
@@ -351,6 +365,13 @@ def _fix(data: Mapping[str, Any], culprit: int | None) -> str:
             f"No repair was searched or found for step {culprit}: rerun with repair=True "
             "(CLI: --repair), or give candidate actions (repair_candidates=)."
         )
+    held = _held(data.get("steps") or ())
+    if held:
+        return (
+            f"No fix to propose without a culprit. Held steps ({held}) are never re-drawn: "
+            "give them a resample policy or test them with a mock observation (fork "
+            "--observe); raise --rollouts or --budget only if the intervals are still wide."
+        )
     return (
         "No fix to propose without a culprit: raise --rollouts or --budget, or make the replay "
         "reproduce the failure first."
@@ -417,6 +438,11 @@ def _role(
             f"{where}: together {fmt_effect(total)} {fmt_interval(step.get('segment_interval'))}"
         )
     return "neutral", f"{where}: together {fmt_effect(total)}; no measurable effect"
+
+
+def _held(steps: Sequence[Mapping[str, Any]]) -> str:
+    """The observation-only steps, as ``"step 3 (tool:refund)"``, comma-separated."""
+    return ", ".join(f"step {s['index']} ({_label(s)})" for s in steps if s.get("observation_only"))
 
 
 def _unmeasured(interval: Mapping[str, Any] | None) -> bool:
