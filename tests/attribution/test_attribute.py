@@ -124,6 +124,10 @@ def test_passing_run_raises_or_runs_credit(demo_run):
         attribute(passing, support_agent, refund_approved)
     credit = attribute(passing, support_agent, refund_approved, mode="credit")
     assert credit.mode == "credit" and credit.culprit_index == 2  # the right policy choice
+    text, page = credit.to_text(passing), credit.to_html(trajectory=passing)
+    assert "CREDITED step 2" in text and "CULPRIT" not in text
+    assert "Credited step: step 2" in page and "effect on the success probability" in page
+    assert "effect on the failure probability" not in page
 
 
 def test_nothing_to_attribute_is_a_result_not_a_crash():

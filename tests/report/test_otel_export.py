@@ -50,7 +50,7 @@ def test_verdict_arrives_with_links_and_attributes(traced_attribution):
         provider.add_span_processor(
             BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.url + "/v1/traces"))
         )
-        context = result.to_otel(provider, traj)
+        context = result.to_otel(provider, traj, explanation=result.explain(traj))
         provider.shutdown()  # flushes through the real exporter
         spans = receiver.spans()
     by_name = {}
@@ -73,6 +73,8 @@ def test_verdict_arrives_with_links_and_attributes(traced_attribution):
     assert a["agent_replay.cost.rollouts"] == result.cost["rollouts"]
     assert a["agent_replay.cost.live_steps"] == result.cost["live_steps"]
     assert a["agent_replay.original_trace_id"] == result.trace_id
+    assert "Step 2" in a["agent_replay.explanation.where"]  # where / why / fix from explain()
+    assert a["agent_replay.explanation.why"] and a["agent_replay.explanation.fix"]
     (link,) = root.links
     assert link.trace_id.hex() == result.trace_id
     assert link.span_id.hex() == result.culprit_span_id

@@ -367,11 +367,14 @@ class AttributionResult:
         write_html(path, self, trajectory, explanation)
         return Path(path).read_text(encoding="utf-8")
 
-    def to_otel(self, tracer_provider: Any = None, trajectory: Any = None) -> Any:
-        """Emit the verdict as OTel spans linked to the original trace (:mod:`..report.otel`)."""
+    def to_otel(
+        self, tracer_provider: Any = None, trajectory: Any = None, explanation: Any = None
+    ) -> Any:
+        """Emit the verdict as OTel spans linked to the original trace (:mod:`..report.otel`);
+        with ``explanation`` (:meth:`explain`) its where / why / fix go on the root span."""
         from ..report.otel import to_otel
 
-        return to_otel(self, tracer_provider, trajectory)
+        return to_otel(self, tracer_provider, trajectory, explanation)
 
     def summary(self) -> str:
         """A few lines for logs (the full text report lives in agent_replay.report)."""

@@ -203,10 +203,12 @@ def _verdict(data: Mapping[str, Any]) -> str:
         agent = f" · agent <b>{h(c['agent'])}</b>" if c.get("agent") else ""
         interval = c.get("interval")
         level = f" at {interval['confidence']:.1%}" if interval else ""
+        credit = data.get("mode") == "credit"  # which step secured a success
+        title, event = ("Credited step", "success") if credit else ("Culprit", "failure")
         parts.append(
-            f'<div class="big">Culprit: step {h(culprit)} · {h(c["kind"])}:{h(c["name"])}'
+            f'<div class="big">{title}: step {h(culprit)} · {h(c["kind"])}:{h(c["name"])}'
             f"{agent} {badge}</div>"
-            f"<div>effect on the failure probability <b>{h(fmt_effect(c.get('effect')))}</b> "
+            f"<div>effect on the {event} probability <b>{h(fmt_effect(c.get('effect')))}</b> "
             f"{h(fmt_interval(interval))}{h(level)} · search stopped: "
             f"{h(data.get('stop_reason'))}</div>"
         )
@@ -353,7 +355,8 @@ def _timeline(data: Mapping[str, Any], ex: Explanation) -> str:
         )
     return (
         '<section id="timeline"><h2>Step timeline</h2>'
-        '<p class="sub">Bars: effect on the failure probability (red raises it), whiskers: '
+        f'<p class="sub">Bars: effect on the {_event(data)} probability (red raises it), '
+        "whiskers: "
         "interval. Dashed: steps the search did not split - the bar is their segment's total "
         "effect.</p><table><thead><tr><th>#</th><th>step</th><th>agent</th><th>role</th>"
         "<th>effect</th><th>estimate</th><th>inputs / action / observation</th></tr></thead>"
@@ -548,3 +551,8 @@ def _warnings(data: Mapping[str, Any]) -> str:
         + cap
         + "</section>"
     )
+
+
+def _event(data: Mapping[str, Any]) -> str:
+    """What the effects are on: ``success`` in credit mode, else ``failure``."""
+    return "success" if data.get("mode") == "credit" else "failure"

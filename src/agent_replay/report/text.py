@@ -39,8 +39,9 @@ def render_text(
     lines += [head, "=" * min(len(head), 100)]
     if culprit is not None:
         c = steps[culprit]
+        title = "CREDITED" if data.get("mode") == "credit" else "CULPRIT "
         lines.append(
-            f"CULPRIT  step {culprit} · {c['kind']}:{c['name']}"
+            f"{title} step {culprit} · {c['kind']}:{c['name']}"
             + (f" · agent {c['agent']}" if c.get("agent") else "")
         )
         if c.get("interval"):
