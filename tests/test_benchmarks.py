@@ -27,6 +27,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
             ["outside rollouts", "concurrency: 64 rollouts", "search wall time", "culprit 6"],
         ),
         ("interception.py", ["patched, no run", "recording", "replay, re-drawn", "replay, held"]),
+        ("shapley_coverage.py --recordings 5", ["step pooled coverage", "agent pooled coverage"]),
         (
             "import_memory.py --files 2 --traces 5",
             ["import_into (staged)", "load_many + save_many"],

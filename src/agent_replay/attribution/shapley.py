@@ -36,6 +36,16 @@ __all__ = ["EXACT_MAX_PLAYERS", "agent_shapley_values", "shapley_values", "step_
 EXACT_MAX_PLAYERS = 8
 
 
+def _variance(events: float, trials: int, z: float) -> float:
+    """The variance of a coalition's event rate: ``p(1-p)/n`` at the Agresti-Coull centre
+    ``p = (events + z^2/2) / (n + z^2)``. The plug-in ``p`` collapses to zero for a rate of 0
+    or 1 (16 rollouts that all failed) and made the intervals too narrow: simulated coverage
+    92.9% of steps at a nominal 95%; with the centre, 96.4% and 96.6% on two sets of 1,000
+    runs, no step below 95% (``python benchmarks/shapley_coverage.py``)."""
+    p = (events + z * z / 2) / (trials + z * z)
+    return p * (1 - p) / trials
+
+
 def _z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2)
 
@@ -81,16 +91,16 @@ def shapley_values(
     if k <= exact_max_players:
         values: dict[frozenset[int], tuple[float, float]] = {}
         evaluations = 0
+        z = _z(confidence)
         for size in range(k + 1):
             for coalition in itertools.combinations(range(k), size):
                 key = frozenset(coalition)
                 base = derive_seed(salt, "exact", *sorted(coalition)) % (1 << 40)
                 results = engine.run(plan(coalition), range(base, base + rollouts))
                 evaluations += len(results)
-                mean = sum(event(r) for r in results) / len(results)
-                values[key] = (mean, mean * (1 - mean) / len(results))
+                events = sum(event(r) for r in results)
+                values[key] = (events / len(results), _variance(events, len(results), z))
         phi, intervals = [], []
-        z = _z(confidence)
         for i in range(k):
             total = variance = 0.0
             others = [j for j in range(k) if j != i]
