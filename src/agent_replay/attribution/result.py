@@ -252,8 +252,9 @@ class AttributionResult:
 
     ``mode`` is ``"failure"`` (which step made the run fail) or ``"credit"`` (which step
     secured success; effects then measure success probability). ``stop_reason`` says why the
-    adaptive search stopped: ``separated``, ``budget``, ``max_rollouts``, ``complete`` (the
-    non-adaptive full profile) or ``nothing to attribute``.
+    adaptive search stopped: ``separated``, ``budget``, ``max_rollouts``, ``no effect`` (the
+    candidate's upper bound is at most ``min_effect``), ``complete`` (the non-adaptive full
+    profile) or ``nothing to attribute``.
     """
 
     session_id: str

@@ -510,7 +510,13 @@ def _cost_fidelity(data: Mapping[str, Any]) -> str:
             ", ".join(f"{k} x{v}" for k, v in sorted((data.get("exceptions") or {}).items()))
             or "none",
         ),
-        ("false discoveries", f"{fdr.get('method')} at q = {fdr.get('q')}; {fdr.get('p_values')}"),
+        (
+            "false discoveries",
+            f"decisive steps by {fdr.get('method')} at q = {fdr.get('q')} on "
+            f"{fdr.get('e_values') if fdr.get('method') == 'e-BH' else fdr.get('p_values')}; "
+            "the effect intervals are a separate, simultaneous statement, so a decisive "
+            "step's interval can still include 0",
+        ),
         ("point of commitment", data.get("poc_index")),
         ("confidence", data.get("confidence")),
     ]
