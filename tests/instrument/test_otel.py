@@ -116,9 +116,12 @@ def test_one_step_per_call_whichever_is_installed_first(
         traj = record_agent(agent, {"question": "hi"}, tracer_provider=provider)
         held = replay_agent(agent, traj)
         redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1))
-    finally:
+    finally:  # undone in the reverse order of installing, or one unwraps the other
+        if instrument_first:
+            installation.undo()
         uninstrument(instrumentor)  # Traceloop's own leaves its wrappers in place
-        installation.undo()
+        if not instrument_first:
+            installation.undo()
     assert processor.force_flush()
 
     # one step per call, with full content, in the recording
