@@ -254,6 +254,14 @@ def test_a_missing_directory_is_a_store_error(tmp_path):
         CheckpointStore(tmp_path / "no" / "such" / "dir.sqlite")
 
 
+def test_a_directory_or_an_empty_path_is_a_store_error(tmp_path):
+    """Not an IsADirectoryError from deep inside, and an empty path does not open '.'."""
+    with pytest.raises(StoreError, match="is a directory"):
+        CheckpointStore(tmp_path)
+    with pytest.raises(StoreError, match="no store path"):
+        CheckpointStore("")
+
+
 def test_a_closed_store_says_so(db_path):
     store = CheckpointStore(db_path)
     store.close()

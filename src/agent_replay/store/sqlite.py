@@ -199,7 +199,11 @@ class CheckpointStore:
         busy_timeout: float = 30.0,
         read_only: bool = False,
     ) -> None:
+        if not os.fspath(path):
+            raise StoreError("no store path given (an empty path names no file)")
         self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a directory, not a store file")
         self.read_only = read_only
         self._durable = durable
         self._busy_timeout = busy_timeout
