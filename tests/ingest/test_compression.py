@@ -372,8 +372,8 @@ def test_a_damaged_compressed_file_reads_the_same_whole_and_in_blocks(
     assert blocks.spans == whole.spans
     for result in (whole, blocks):
         assert all("internal error" not in str(e) for e in result.errors)
-        if result.spans and damaged != bytes(COMPRESS[codec](plain)):
-            assert result.warnings or not result.errors
+        if result.spans:  # what precedes the damage was read: the file is not failed
+            assert not result.errors
 
 
 def test_a_cut_gzip_file_keeps_what_precedes_the_cut(tmp_path, monkeypatch):

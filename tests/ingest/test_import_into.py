@@ -198,7 +198,7 @@ def test_a_large_json_lines_file_is_read_in_blocks_with_the_same_result(
 
     whole, stored_whole = imported(1 << 30)
     blocks, stored_blocks = imported(600)  # a block holds one or two lines
-    assert len(list(ingest._json_lines_blocks(path, "auto"))) > len(TURNS)
+    assert len(list(ingest._parse_source(path, "auto"))) > len(TURNS)  # read in blocks
     assert stored_blocks == stored_whole and list(stored_whole) == [CONV]
     assert blocks.warnings == whole.warnings and "line 9" in whole.warnings[0]
     assert blocks.sources[0].spans == whole.sources[0].spans == sum(map(len, TURNS)) * 3 - 2

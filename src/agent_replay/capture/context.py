@@ -166,7 +166,7 @@ class StepResult:
         canonical form."""
         self.action = snapshot(self.action)
         if self.observed:
-            self.observation = snapshot(self.observation)  # (None when not observed)
+            self.observation = snapshot(self.observation)
 
 
 class Driver(Protocol):

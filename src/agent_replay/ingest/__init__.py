@@ -433,7 +433,10 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
     larger than memory can be imported. Raises :class:`ImportFormatError` (after the blocks
     it could read, when nothing could be read)."""
     name = _name(source)
-    blocks: Iterator[Any] | None = _json_lines_blocks(source, format)
+    large = _large(source, format)
+    blocks: Iterator[Any] | None = None
+    if large is not None:
+        blocks = _json_lines_blocks(source, format, large[0])
     if blocks is not None:
         fmt = "otlp-json"
 
@@ -441,7 +444,7 @@ def _parse_source(source: Source, format: str) -> Iterator[Parsed]:
             return read_otlp_json(block[1], name, first_line=block[0], json_lines=True)
 
     else:
-        fmt, blocks = _proto_blocks(source, format)
+        fmt, blocks = _proto_blocks(source, format, *large) if large else (format, None)
 
         def decode(block: list[tuple[int, int, bytes | None]]) -> Decoded:
             return decode_messages(block, name)
@@ -495,11 +498,13 @@ def _opened(path: str | os.PathLike, codec: str | None) -> Iterator[IO[bytes]]:
             raise error
 
 
-def _large(source: Source, format: str, formats: tuple[str, ...]) -> tuple[str | None, int] | None:
-    """``(compression, size)`` of a file in one of ``formats`` large enough to read in
-    blocks: more than :data:`BLOCK_BYTES`, or a sixteenth of it compressed (compressed OTLP
-    shrinks tenfold or more); ``None`` otherwise."""
-    if format not in ("auto", *formats) or not isinstance(source, (str, os.PathLike)):
+def _large(source: Source, format: str) -> tuple[str | None, int] | None:
+    """``(compression, size)`` of an OTLP file large enough to read in blocks: more than
+    :data:`BLOCK_BYTES`, or a sixteenth of it compressed (compressed OTLP shrinks tenfold or
+    more); ``None`` otherwise."""
+    if format not in ("auto", "otlp-json", "otlp-proto"):
+        return None
+    if not isinstance(source, (str, os.PathLike)):
         return None
     try:
         size = os.path.getsize(source)
@@ -514,15 +519,16 @@ def _large(source: Source, format: str, formats: tuple[str, ...]) -> tuple[str |
     return codec, size
 
 
-def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes]] | None:
+def _json_lines_blocks(
+    source: str | os.PathLike, format: str, codec: str | None
+) -> Iterator[tuple[int, bytes]] | None:
     """``(first line number, bytes)`` of each block of whole lines of a large OTLP/JSON Lines
-    file, read one at a time; ``None`` for any other source (it is read whole)."""
-    large = _large(source, format, ("otlp-json",))
-    if large is None:
+    file (:func:`_large`), read one at a time; ``None`` for any other file (it is read
+    whole)."""
+    if format == "otlp-proto":
         return None
-    codec, _ = large
     try:
-        with _opened(source, codec) as handle:  # type: ignore[arg-type]
+        with _opened(source, codec) as handle:
             head = handle.read(4096).lstrip()
             if head[:1] != b"{" or not any(k in head.split(b"\n", 1)[0] for k in _OTLP_KEYS):
                 return None  # not OTLP/JSON Lines (a binary file has no line to read)
@@ -538,18 +544,14 @@ def _json_lines_blocks(source: Source, format: str) -> Iterator[tuple[int, bytes
 
 
 def _proto_blocks(
-    source: Source, format: str
+    source: str | os.PathLike, format: str, codec: str | None, size: int
 ) -> tuple[str, Iterator[list[tuple[int, int, bytes | None]]] | None]:
-    """The format and messages of a large stream of length-prefixed messages (the Collector's
-    file exporter with ``format: proto``, or with ``compression: zstd``: see
+    """The format and messages of a large stream of length-prefixed messages (:func:`_large`;
+    the Collector's file exporter with ``format: proto``, or with ``compression: zstd``: see
     :func:`_framed`), read a block of whole messages at a time; no messages for any other
-    source (it is read whole)."""
-    large = _large(source, format, ("otlp-proto", "otlp-json"))
-    if large is None:
-        return format, None
-    codec, size = large
+    file (it is read whole)."""
     try:
-        with _opened(source, codec) as handle:  # type: ignore[arg-type]
+        with _opened(source, codec) as handle:
             head = handle.read(8)
             if _framed(head):  # the rest of the first message, to tell what it holds
                 head += handle.read(max(0, int.from_bytes(head[:4], "big") - 4))

@@ -23,6 +23,7 @@ from typing import IO, Any
 __all__ = [
     "DEFLATE",
     "GZIP",
+    "INSTALL_ZSTD",
     "MAX_INFLATED",
     "ZSTD",
     "Inflated",
@@ -42,7 +43,8 @@ DEFLATE = "deflate"
 _MAGIC = {b"\x1f\x8b": GZIP, b"\x28\xb5\x2f\xfd": ZSTD}
 #: the default limit of :func:`decompress` for a file
 MAX_INFLATED = 4 << 30
-_INSTALL = 'install the zstd extra: pip install "trajectory-causal-attribution[zstd]"'
+#: how to get a zstd codec before Python 3.14 (said wherever zstd is refused for want of one)
+INSTALL_ZSTD = 'install the zstd extra: pip install "trajectory-causal-attribution[zstd]"'
 
 
 class Undecodable(ValueError):
@@ -73,7 +75,7 @@ def zstd() -> Any:
     library nor the extra provides it."""
     module = _zstd_module()
     if module is None:
-        raise Undecodable(f"zstd-compressed, and no zstd codec is installed ({_INSTALL})")
+        raise Undecodable(f"zstd-compressed, and no zstd codec is installed ({INSTALL_ZSTD})")
     return module
 
 

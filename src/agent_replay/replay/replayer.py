@@ -393,20 +393,26 @@ class Replayer:
         recorded = self.recorded[position] if position < len(self.recorded) else None
         live = _describe_call(call)
         if self.plan.strict:
-            closest = _closest(call, position, self.recorded)
-            self.error = ReplayDivergenceError(
-                f"replay of {self.trajectory.session_id!r} diverged at step {position}: "
-                f"{reason}.\n  live call: {live}\n  closest recorded calls:\n    "
-                + "\n    ".join(closest or ["(none)"]),
-                position=position,
-                live=live,
-                closest=closest,
-            )
-            raise self.error
+            raise self._strict(position, live, reason, _closest(call, position, self.recorded))
         self.divergence = Divergence(
             position, live, None if recorded is None else _describe_step(recorded), reason
         )
         self.changed = True
+
+    def _strict(
+        self, position: int, live: str, reason: str, closest: list[str]
+    ) -> ReplayDivergenceError:
+        """Strict mode's error for a divergence, kept in ``error`` so that the replay raises
+        it even when the agent caught it."""
+        self.error = ReplayDivergenceError(
+            f"replay of {self.trajectory.session_id!r} diverged at step {position}: "
+            f"{reason}.\n  live call: {live}\n  closest recorded calls:\n    "
+            + "\n    ".join(closest or ["(none)"]),
+            position=position,
+            live=live,
+            closest=closest,
+        )
+        return self.error
 
     # -- collecting -----------------------------------------------------------------------
 
@@ -515,14 +521,7 @@ class Replayer:
             recorded = _describe_step(self.recorded[self.calls])
             reason = f"the run made {self.calls} of {len(self.recorded)} recorded calls"
             if self.plan.strict:
-                self.error = ReplayDivergenceError(
-                    f"replay of {self.trajectory.session_id!r} diverged at step {self.calls}: "
-                    f"{reason}.\n  live call: (run ended)\n  closest recorded calls:\n    "
-                    + recorded,
-                    position=self.calls,
-                    live="(run ended)",
-                    closest=[recorded],
-                )
+                self._strict(self.calls, "(run ended)", reason, [recorded])
                 return
             self.divergence = Divergence(self.calls, "(run ended)", recorded, reason)
 

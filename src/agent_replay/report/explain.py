@@ -270,7 +270,7 @@ def _why(
                 f"{fmt_rate(end['failure_rate'])} of the time, so there is little to attribute: "
                 "check replay fidelity first (non-deterministic tools, judge or agent code)."
             )
-        held = _held(steps)
+        held = _held_cause(data, steps)
         if start is not None and finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
             source = "the task, the environment or the verifier"
             if held:
@@ -365,7 +365,7 @@ def _fix(data: Mapping[str, Any], culprit: int | None) -> str:
             f"No repair was searched or found for step {culprit}: rerun with repair=True "
             "(CLI: --repair), or give candidate actions (repair_candidates=)."
         )
-    held = _held(data.get("steps") or ())
+    held = _held_cause(data, data.get("steps") or ())
     if held:
         return (
             f"No fix to propose without a culprit. Held steps ({held}) are never re-drawn: "
@@ -440,8 +440,13 @@ def _role(
     return "neutral", f"{where}: together {fmt_effect(total)}; no measurable effect"
 
 
-def _held(steps: Sequence[Mapping[str, Any]]) -> str:
-    """The observation-only steps, as ``"step 3 (tool:refund)"``, comma-separated."""
+def _held_cause(data: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
+    """The observation-only steps (``"step 3 (tool:refund)"``, comma-separated) when they may
+    be where the failure comes from: it persists with every other step re-drawn (F(0) at
+    least 0.5); ``""`` otherwise (an undecided verdict for want of rollouts, say)."""
+    start = curve_value(data, 0)
+    if start is None or not finite(start["failure_rate"]) or start["failure_rate"] < 0.5:
+        return ""
     return ", ".join(f"step {s['index']} ({_label(s)})" for s in steps if s.get("observation_only"))
 
 

@@ -285,10 +285,11 @@ def merged_with_stored(
         else:
             warnings.append(message)
         return trajectory
-    if not old.metadata.get("trace_ids") and trajectory.metadata.get("trace_ids"):
+    if not old.metadata.get("trace_ids"):
         if replace_untraced:
             return trajectory
-        return _aside(store, trajectory, follow, covered, warnings)
+        if traced:
+            return _aside(store, trajectory, follow, covered, warnings)
     return merge(old, trajectory, covered=covered)
 
 

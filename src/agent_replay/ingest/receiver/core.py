@@ -285,12 +285,7 @@ class Receiver:
             return body
         codecs = compression.available()
         if encoding not in codecs:
-            hint = (
-                "; zstd needs the zstd extra on the receiver: pip install "
-                '"trajectory-causal-attribution[zstd]"'
-                if encoding == compression.ZSTD
-                else ""
-            )
+            hint = f"; for zstd, {compression.INSTALL_ZSTD}" if encoding == compression.ZSTD else ""
             raise UnsupportedMediaType(
                 f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none{hint})"
             )
