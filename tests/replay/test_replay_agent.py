@@ -7,6 +7,7 @@ import pytest
 from agent_replay import ReplayPlan, attribute, replay, replayable_agent
 from agent_replay.errors import PlanError
 from agent_replay.model import StepDraft, StepKind, Trajectory
+from agent_replay.replay.agent import propagation_pairs
 from agent_replay.replay.policies import OpenAIChatPolicy, PolicyError, ScriptedPolicy
 from fake_openai import chat_completion, send_json, serving
 
@@ -199,3 +200,125 @@ def test_steps_the_recording_marks_unresamplable_are_observation_only_under_a_ca
     assert agent.observation_only == (1,)
     result = replay(agent, traj, ReplayPlan.ablate_from(0))
     assert result.held_unresamplable == (1,)
+
+
+def test_openai_policy_falls_back_to_the_recorded_calls_model(chat_server, monkeypatch):
+    """An imported llm step keeps its model in ``attributes``; without model=, a plan hint or
+    AGENT_REPLAY_MODEL, the policy re-draws with that model instead of refusing."""
+    monkeypatch.delenv("AGENT_REPLAY_MODEL", raising=False)
+    _ChatServer.fail_first = False
+    drafts = [
+        StepDraft(
+            kind=StepKind.LLM,
+            name="chat",
+            inputs={"messages": [parts("user", "hello")]},
+            action=[parts("assistant", "hi")],
+            attributes={"model": "gpt-4o-mini"},
+        )
+    ]
+    traj = Trajectory("m", metadata={"source": "import:test"}).with_steps(drafts)
+    policy = OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0)
+    replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0))
+    assert [body["model"] for _, body in _ChatServer.requests] == ["gpt-4o-mini"]
+
+
+def test_steps_captured_without_content_are_observation_only():
+    """Content capture off: a step with neither inputs nor output has nothing a policy can
+    re-draw from (it would be sent nulls): held, and never scored, under any policy."""
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs=None, action=None),
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action="a"),
+    ]
+    traj = Trajectory("nc", metadata={"source": "import:test"}).with_steps(drafts)
+    calls = []
+    agent = replayable_agent(traj, {"*": lambda request: calls.append(request) or "b"})
+    assert agent.observation_only == (0,)
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert result.steps[0].observation_only and result.steps[0].effect is None
+    assert {request.step.index for request in calls} == {1}
+    assert any("no recorded content" in w for w in result.warnings)
+
+
+def test_attribution_holds_and_flags_the_steps_the_replay_agent_has_no_policy_for():
+    """The replay agent's observation-only steps are flagged in the attribution result and
+    named in its warnings, not reported as ordinary steps (they were held in every rollout)."""
+    traj = group_chat()
+    agent = replayable_agent(
+        traj,
+        {
+            "agent:Planner": ScriptedPolicy([[parts("assistant", "Ask the finance team.")]]),
+            "agent:Writer": ScriptedPolicy([[parts("assistant", "x")]]),
+        },
+    )
+    assert agent.observation_only == (1,)
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=40)
+    assert [s.observation_only for s in result.steps] == [False, True, False]
+    assert any("held in every rollout: [1]" in w for w in result.warnings)
+
+
+def weather_call(city, call_id="w", text=None):
+    parts_ = [] if text is None else [{"type": "text", "content": text}]
+    parts_ += [
+        {"type": "tool_call", "id": call_id, "name": "get_weather", "arguments": {"city": city}},
+        {"type": "tool_call", "id": "c", "name": "get_calendar", "arguments": {"day": "mon"}},
+    ]
+    return [{"role": "assistant", "parts": parts_}]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "redrawn"),
+    [
+        (weather_call("London", text="Let me check."), weather_call("Paris")),  # text dropped
+        (weather_call("London"), weather_call("Paris", text="Checking both.")),  # text added
+        (
+            weather_call("London"),
+            [{"role": "assistant", "parts": weather_call("Paris")[0]["parts"][::-1]}],
+        ),
+    ],
+    ids=["text-dropped", "text-added", "calls-reordered"],
+)
+def test_a_changed_tool_call_reaches_its_tool_step_whatever_the_text_parts(recorded, redrawn):
+    """Tool calls pair with the recorded call of the same tool, not by position among the
+    parts: models often write a short text before their calls (Anthropic nearly always), and a
+    re-draw that adds or drops it must still hand the tool step the new arguments."""
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": "Paris?"}, action=recorded),
+        StepDraft(
+            kind=StepKind.TOOL,
+            name="get_weather",
+            inputs={"city": "London"},
+            action="rain",
+            attributes={"tool_call_id": "w"},
+        ),
+        StepDraft(kind=StepKind.TOOL, name="get_calendar", inputs={"day": "mon"}, action="free"),
+    ]
+    traj = Trajectory("w", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return "ok"
+
+    agent = replayable_agent(traj, {"plan": ScriptedPolicy([redrawn]), "tool": tool})
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert seen == {"get_weather": {"city": "Paris"}, "get_calendar": {"day": "mon"}}
+    assert agent.unfollowed_tool_calls == 0  # same tools, same number of calls
+
+
+def test_a_redraw_calling_other_tools_is_counted_and_attribution_warns():
+    """The replay agent re-issues the recorded steps; a re-draw that asks for another tool
+    cannot be followed, and attribution says so instead of blaming the task."""
+    other = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "n", "name": "news"}]}]
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=weather_call("London")),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "London"}, action="r"),
+    ]
+    traj = Trajectory("o", metadata={"source": "import:test"}).with_steps(drafts)
+    agent = replayable_agent(traj, {"plan": ScriptedPolicy([other])})
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.unfollowed_tool_calls > 0
+    assert any("other tool calls than the recorded" in w for w in result.warnings)
+
+
+def test_plain_lists_of_different_lengths_are_not_paired_item_by_item():
+    assert propagation_pairs(["a", "b", "c"], ["b", "c"]) == [(["a", "b", "c"], ["b", "c"])]

@@ -94,6 +94,7 @@ def attribute(
     if rollouts is None:
         rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
     started = time.perf_counter()
+    unfollowed_before = getattr(agent, "unfollowed_tool_calls", 0)
     n = len(trajectory.steps)
     engine = RolloutEngine(
         trajectory,
@@ -148,14 +149,20 @@ def attribute(
             "the success"
         )
 
-    resamplable = [s.resamplable and not s.side_effects for s in trajectory.steps]
+    # held in every rollout: what the recording marks (side effects, opaque spans) and, for
+    # the replay agent of an imported trace, the steps it has no policy for
+    held = frozenset(getattr(agent, "observation_only", ()))
+    resamplable = [
+        s.resamplable and not s.side_effects and s.index not in held for s in trajectory.steps
+    ]
     observation_only = frozenset(i for i, ok in enumerate(resamplable) if not ok)
     warnings = []
     if fidelity.warning:
         warnings.append(fidelity.warning)
     if observation_only:
         warnings.append(
-            f"{len(observation_only)} step(s) cannot be re-drawn (no policy, or side effects) "
+            f"{len(observation_only)} step(s) cannot be re-drawn (side effects, no resample "
+            "policy, or no recorded content) "
             f"and are held in every rollout: {sorted(observation_only)}; they are not scored"
         )
 
@@ -239,6 +246,14 @@ def attribute(
             confidence=confidence,
         )
 
+    unfollowed = getattr(agent, "unfollowed_tool_calls", 0) - unfollowed_before
+    if unfollowed:
+        warnings.append(
+            f"{unfollowed} re-drawn LLM step(s) asked for other tool calls than the recorded "
+            "ones (another tool, or more or fewer calls); the replay agent re-issues the "
+            "recorded steps, so those rollouts do not follow the change: attribute the "
+            "agent's own code (a native recording) to follow it"
+        )
     cost = engine.cost.to_dict()
     cost["seconds"] = round(time.perf_counter() - started, 6)
     cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2

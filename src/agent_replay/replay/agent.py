@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..capture.context import AgentContext, StepCall
 from ..errors import AgentReplayError, RecordedStepError
-from ..model import Step, Trajectory
+from ..mapping.messages import requested_tool_calls
+from ..model import Step, StepKind, Trajectory
 from .policies import PolicyError, ResampleRequest, as_policy, load_policy
 
 __all__ = ["MIN_SUBSTRING", "ReplayAgent", "propagation_pairs", "replayable_agent", "rewrite"]
@@ -42,7 +45,8 @@ def default_assemble(outputs: list[Any]) -> dict[str, Any]:
 class ReplayAgent:
     """``agent(ctx, **task)`` that re-issues a trajectory's steps (see the module docstring).
 
-    ``observation_only`` lists the steps that have no policy.
+    ``observation_only`` lists the steps it holds in every run: those with no policy, side
+    effects, or no recorded content (the capture report's ``steps_without_content``).
     """
 
     def __init__(
@@ -59,12 +63,27 @@ class ReplayAgent:
         self._policies: list[tuple[str, Callable[[ResampleRequest], Any]] | None] = []
         for step in trajectory.steps:
             key = _policy_key(step, policies)
-            # a step the recording marks unresamplable (an opaque span, a side effect) has
-            # no policy whatever the keys say: it is held, and listed as observation-only
-            fixed = key is None or step.side_effects or not step.resamplable
+            # a step the recording marks unresamplable (an opaque span, a side effect) or
+            # captured without content (nothing to re-draw from: a policy would be sent
+            # nulls) has no policy whatever the keys say: it is held, and observation-only
+            fixed = (
+                key is None
+                or step.side_effects
+                or not step.resamplable
+                or (step.inputs is None and step.action is None)
+            )
             self._policies.append(None if fixed else (key, as_policy(policies[key])))
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
+        self._unfollowed = 0
+        self._lock = threading.Lock()
+
+    @property
+    def unfollowed_tool_calls(self) -> int:
+        """How many re-drawn LLM steps so far asked for other tool calls than the recorded
+        ones (another tool, or more or fewer calls). The replay agent re-issues the recorded
+        steps, so a run past such a step does not follow the change; ``attribute`` warns."""
+        return self._unfollowed
 
     def policy_name(self, index: int) -> str | None:
         entry = self._policies[index]
@@ -95,9 +114,18 @@ class ReplayAgent:
                     raise
                 output = step.output  # what the agent carried on with (an error message)
             outputs.append(output)
-            if self.propagate and output is not step.output and output != step.output:
-                pairs.extend(propagation_pairs(step.output, output))
+            if output is not step.output and output != step.output:
+                if self.propagate:
+                    pairs.extend(propagation_pairs(step.output, output))
+                if step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
+                    with self._lock:
+                        self._unfollowed += 1
         return self.assemble(outputs)
+
+
+def _tools(output: Any) -> Counter[str]:
+    """The tools an LLM output asks for, with how many calls of each."""
+    return Counter(name for _, name in requested_tool_calls(output))
 
 
 def _handled(step: Step, exc: Exception, *, last: int) -> bool:
@@ -193,9 +221,40 @@ def _pair(old: Any, new: Any, out: list[tuple[Any, Any]]) -> None:
                 out.append((json.dumps(a), json.dumps(b)))
         for key in old.keys() & new.keys():
             _pair(old[key], new[key], out)
-    elif _is_seq(old) and _is_seq(new) and len(old) == len(new):
+    elif _is_seq(old) and _is_seq(new):
+        _pair_items(old, new, out)
+
+
+def _pair_items(old: Sequence[Any], new: Sequence[Any], out: list[tuple[Any, Any]]) -> None:
+    """Pair two lists item by item: by position when they line up kind by kind (messages by
+    role, parts by type, tool calls by tool name), else each kind of message or part in order
+    within its kind, so that a re-draw that adds or drops a text part before its tool calls,
+    or calls its tools in another order, still pairs each call with the recorded call of the
+    same tool. Lists of plain values that differ in length are not paired (their items would
+    be matched arbitrarily)."""
+    kinds_old, kinds_new = [_kind(a) for a in old], [_kind(b) for b in new]
+    if kinds_old == kinds_new:
         for a, b in zip(old, new, strict=True):
             _pair(a, b, out)
+        return
+    if None in kinds_old or None in kinds_new:
+        return
+    unpaired: dict[Any, list[Any]] = {}
+    for kind, b in zip(kinds_new, new, strict=True):
+        unpaired.setdefault(kind, []).append(b)
+    for kind, a in zip(kinds_old, old, strict=True):
+        candidates = unpaired.get(kind)
+        if candidates:
+            _pair(a, candidates.pop(0), out)
+
+
+def _kind(item: Any) -> tuple[Any, ...] | None:
+    """What an item of a message list is, for pairing: ``None`` for a plain value."""
+    if not isinstance(item, Mapping):
+        return None
+    if item.get("type") == "tool_call":
+        return ("tool_call", item.get("name"))
+    return (item.get("type"), item.get("role"))
 
 
 def _is_seq(value: Any) -> bool:

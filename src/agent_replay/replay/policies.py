@@ -112,7 +112,8 @@ class OpenAIChatPolicy:
     """Re-draw LLM steps from an OpenAI-compatible chat completions endpoint.
 
     ``base_url``, ``api_key`` and ``model`` default to ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
-    and ``AGENT_REPLAY_MODEL`` (the plan's model hint wins over all). ``instructions`` is a
+    and ``AGENT_REPLAY_MODEL``; without a model from either, the recorded call's model is used
+    (the plan's model hint wins over all). ``instructions`` is a
     system prompt, or a function of the recorded step returning one (e.g. "You are
     {step.agent}; reply as that agent would"). The request's random stream supplies the
     ``seed`` so rollouts are reproducible where the server honours it. Inputs in the OTel
@@ -159,7 +160,12 @@ class OpenAIChatPolicy:
 
     def resample(self, request: ResampleRequest) -> Any:
         step = request.step
-        model = request.model_hint or self.model or _input_model(request.inputs)
+        model = (
+            request.model_hint
+            or self.model
+            or _input_model(request.inputs)
+            or _input_model(step.attributes)  # the model the recorded call used
+        )
         if not model:
             raise PolicyError(
                 f"step {step.index} ({step.label}): no model to re-draw with; "

@@ -40,7 +40,7 @@ ROLES = (
     "neutral",  # no measurable effect
     "unresolved",  # inside a segment with an effect the search did not split, or unmeasured
     "locked-in",  # at or after the point of no return
-    "observation-only",  # held in every rollout (no policy, or side effects): not scored
+    "observation-only",  # held in every rollout (side effects, no policy, no content): not scored
 )
 
 #: effects smaller than this (in probability) are "no measurable effect" in the wording
