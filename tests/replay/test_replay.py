@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from agent_replay import ReplayPlan, record, replay
+from agent_replay import ReplayPlan, afork, arecord, areplay, record, replay
 from agent_replay.errors import (
     ChainIntegrityError,
     PlanError,
@@ -378,3 +378,26 @@ def test_now_off_the_recorded_path_is_the_recordings_clock():
         assert again.result == run.result  # reproducible, not the wall clock
         first, second = run.result
         assert first == traj.steps[1].started_ns / 1e9 and second >= first
+
+
+def test_the_async_variants_take_plain_agents_too():
+    """Inside an event loop a user calls the a* variants whatever the agent is; a plain
+    ``def`` agent got awaitable step calls there and returned an un-awaited coroutine, judged
+    a failure. Now it is recorded, replayed and forked as the sync functions do."""
+
+    def agent(ctx):
+        return {"answer": ctx.llm("decide", produce=lambda: "ok")}
+
+    def verifier(result):
+        return result["answer"] == "ok"
+
+    async def main():
+        traj = await arecord(agent, verifier=verifier)
+        replayed = await areplay(agent, traj, verifier=verifier)
+        child = await afork(agent, traj, at_step=0, do="no", verifier=verifier)
+        return traj, replayed, child
+
+    traj, replayed, child = asyncio.run(main())
+    assert traj.outcome.failed is False and traj.outcome.result == {"answer": "ok"}
+    assert replayed.outcome.failed is False and replayed.result == {"answer": "ok"}
+    assert child.outcome.failed is True and child.outcome.result == {"answer": "no"}

@@ -231,7 +231,20 @@ async def arecord(
     capture_content: bool | None = None,
     pass_context: bool = True,
 ) -> Trajectory:
-    """:func:`record` for ``async def`` agents, from inside an event loop."""
+    """:func:`record` for ``async def`` agents, from inside an event loop. A plain ``def``
+    agent is recorded by :func:`record` (its context's calls are not awaitable)."""
+    if not is_async_agent(agent_fn):
+        return record(
+            agent_fn,
+            task,
+            session_id=session_id,
+            seed=seed,
+            verifier=verifier,
+            tracer_provider=tracer_provider,
+            metadata=metadata,
+            capture_content=capture_content,
+            pass_context=pass_context,
+        )
     recorder, ctx = _prepare(
         task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
     )

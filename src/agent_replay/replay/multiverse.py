@@ -75,7 +75,8 @@ async def afork(
     store: Any = None,
     pass_context: bool = True,
 ) -> Trajectory:
-    """:func:`fork` for ``async def`` agents, from inside an event loop."""
+    """:func:`fork` for ``async def`` agents, from inside an event loop (a plain ``def`` agent
+    is run as :func:`fork` runs it)."""
     branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
     return await branch.arecord(agent_fn, seed, verifier, pass_context)
 
@@ -111,7 +112,8 @@ async def aresume(
     store: Any = None,
     pass_context: bool = True,
 ) -> Trajectory:
-    """:func:`resume` for ``async def`` agents, from inside an event loop."""
+    """:func:`resume` for ``async def`` agents, from inside an event loop (a plain ``def``
+    agent is run as :func:`resume` runs it)."""
     branch = _resume(trajectory, session_id, store)
     return await branch.arecord(agent_fn, seed, verifier, pass_context)
 

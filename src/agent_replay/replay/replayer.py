@@ -840,7 +840,22 @@ async def areplay(
     coupling: Coupling | None = None,
     stop_if_same_at: int | None = None,
 ) -> ReplayResult:
-    """:func:`replay` for ``async def`` agents, from inside an event loop."""
+    """:func:`replay` for ``async def`` agents, from inside an event loop. A plain ``def``
+    agent is replayed by :func:`replay` (its context's calls are not awaitable)."""
+    if not is_async_agent(agent_fn):
+        return replay(
+            agent_fn,
+            trajectory,
+            plan,
+            seed=seed,
+            verifier=verifier,
+            strict=strict,
+            pass_context=pass_context,
+            verify=verify,
+            tracer_provider=tracer_provider,
+            coupling=coupling,
+            stop_if_same_at=stop_if_same_at,
+        )
     driver, ctx = _setup(
         agent_fn,
         trajectory,
