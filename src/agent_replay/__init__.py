@@ -18,6 +18,7 @@ from .errors import (
     AgentReplayError,
     CanonicalEncodingError,
     ChainIntegrityError,
+    FailedRunError,
     ImportFormatError,
     PlanError,
     ReplayDivergenceError,
@@ -29,6 +30,7 @@ from .errors import (
 )
 from .model import Lineage, Outcome, Step, StepKind, Trajectory
 from .replay import (
+    PolicyError,
     ReplayAgent,
     ReplayPlan,
     ReplayResult,
@@ -55,10 +57,12 @@ __all__ = [
     "CanonicalEncodingError",
     "ChainIntegrityError",
     "CheckpointStore",
+    "FailedRunError",
     "ImportFormatError",
     "Lineage",
     "Outcome",
     "PlanError",
+    "PolicyError",
     "ReplayAgent",
     "ReplayDivergenceError",
     "ReplayPlan",

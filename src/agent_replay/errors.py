@@ -120,6 +120,10 @@ class SuccessfulRunError(AgentReplayError):
     """Attribution of a failure was requested on a run that passed."""
 
 
+class FailedRunError(AgentReplayError):
+    """Credit for a success (``mode="credit"``) was requested on a run that failed."""
+
+
 class ImportFormatError(AgentReplayError, ValueError):
     """A trace file or payload cannot be read; ``source`` and ``position`` say where."""
 

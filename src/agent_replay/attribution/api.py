@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.run import Verifier
-from ..errors import SuccessfulRunError
+from ..errors import FailedRunError, SuccessfulRunError
 from ..model import Trajectory
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
@@ -78,7 +78,8 @@ def attribute(
     package's rule, kept for comparison; it is always reported as ``poc_index``).
 
     Raises :class:`SuccessfulRunError` for a run that passed (use ``mode="credit"`` to ask
-    which step secured the success) and :class:`VerifierError` naming the rollout when the
+    which step secured the success), :class:`FailedRunError` for a run that failed in credit
+    mode, and :class:`VerifierError` naming the rollout when the
     verifier misbehaves. A run with no step that can be re-drawn yields a result whose verdict
     says there is nothing to attribute.
     """
@@ -145,8 +146,21 @@ def attribute(
                 if recorded_failed is False
                 else f" (factual replays fail {fidelity.failure_rate:.0%} of the time)"
             )
-            + "; attribute a failing run, or pass mode='credit' to find which step secured "
-            "the success"
+            + "; attribute a failing run, or ask which step secured the success (mode="
+            "'credit'; --mode credit on the command line)"
+        )
+    if mode == "credit" and (
+        recorded_failed is True or (recorded_failed is None and observed_failed)
+    ):
+        raise FailedRunError(
+            f"session {trajectory.session_id!r} failed"
+            + (
+                ""
+                if recorded_failed is True
+                else f" (factual replays fail {fidelity.failure_rate:.0%} of the time)"
+            )
+            + "; credit mode asks which step secured a success: attribute the failure instead "
+            "(mode='failure', the default)"
         )
 
     # held in every rollout: what the recording marks (side effects, opaque spans) and, for

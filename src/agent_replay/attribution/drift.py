@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.run import Verifier
+from ..errors import VerifierError
 from ..model import Step, Trajectory
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutCache, RolloutEngine
@@ -103,8 +104,9 @@ class DriftResult:
         parts.append("</svg>")
         return "".join(parts)
 
-    def to_html(self, path: str) -> str:
-        page = (
+    def render_html(self) -> str:
+        """The drift curve as a standalone HTML page."""
+        return (
             f"<!doctype html><meta charset='utf-8'><title>drift "
             f"{html.escape(self.session_id)}</title><body style='font-family:sans-serif'>"
             f"<h1>Drift of {html.escape(self.session_id)}</h1>{self.to_svg()}"
@@ -112,8 +114,11 @@ class DriftResult:
             f"{'yes, from step ' + str(self.decay_step) if self.silent_decay else 'no'}</p>"
             "</body>"
         )
+
+    def to_html(self, path: str) -> str:
+        """Write :meth:`render_html` to ``path``; returns the path."""
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(page)
+            handle.write(self.render_html())
         return path
 
 
@@ -131,6 +136,8 @@ def drift(
     pass_context: bool = True,
 ) -> DriftResult:
     """Measure ``F(p)`` at every position (``rollouts`` each) and derive the entropy curve."""
+    if rollouts < 1:
+        raise ValueError(f"rollouts must be at least 1; got {rollouts}")
     engine = RolloutEngine(trajectory, agent, verifier, cache=cache, pass_context=pass_context)
     n = len(trajectory.steps)
     rates, intervals = [], []
@@ -147,7 +154,7 @@ def drift(
     health = None
     silent, decay_step = False, None
     if state_scorer is not None:
-        scores = [float(state_scorer(step)) for step in trajectory.steps]
+        scores = [_health(state_scorer, step) for step in trajectory.steps]
         health = tuple([scores[0] if scores else 1.0, *scores])
         best = -math.inf
         for index, score in enumerate(scores):
@@ -168,3 +175,21 @@ def drift(
         engine.cost.rollouts,
         engine.cost.live_steps,
     )
+
+
+def _health(state_scorer: Callable[[Step], float], step: Step) -> float:
+    """The state scorer's health of ``step``; a :class:`VerifierError` naming the step when
+    it raises or gives something that is not a number in [0, 1]."""
+    try:
+        score = float(state_scorer(step))
+    except Exception as exc:
+        raise VerifierError(
+            f"the state scorer failed on step {step.index} ({step.label}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not 0.0 <= score <= 1.0:
+        raise VerifierError(
+            f"the state scorer gave {score!r} for step {step.index} ({step.label}); "
+            "expected a health in [0, 1]"
+        )
+    return score

@@ -16,10 +16,12 @@ from .common import (
     load_entrypoint,
     load_optional,
     open_store,
+    output_path,
     policy_option,
     required_verifier_option,
     resolve_agent,
     session_option,
+    write_text,
 )
 
 
@@ -35,7 +37,12 @@ from .common import (
     type=click.IntRange(1),
     help="Rollout cap per evaluated position [default: 200; 1600 with --budget].",
 )
-@click.option("--budget", default=None, type=float, help="Live step executions per run.")
+@click.option(
+    "--budget",
+    default=None,
+    type=click.IntRange(1),
+    help="Cap on live step executions per run (each is one LLM or tool call in real life).",
+)
 @json_option
 def aggregate_command(
     db: Path,
@@ -44,7 +51,7 @@ def aggregate_command(
     policy_specs: tuple[str, ...],
     search: str | None,
     rollouts: int | None,
-    budget: float | None,
+    budget: int | None,
     as_json: bool,
 ) -> None:
     """Attribute every failing session and rank step names by how often they are to blame."""
@@ -58,14 +65,15 @@ def aggregate_command(
             for summary in bar:
                 trajectories.append(store.load(summary.session_id))
         if not trajectories:
-            raise click.ClickException(f"no failing sessions in {db}")
+            where = f"whose id contains {search!r} " if search else ""
+            raise click.ClickException(f"no failing sessions {where}in {db}")
         with click.progressbar(
             length=len(trajectories), label="attributing", file=click.get_text_stream("stderr")
         ) as bar:
 
             def agent_for(trajectory):
                 bar.update(1)
-                return resolve_agent(agent_spec, trajectory, policy_specs)
+                return resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
 
             result = aggregate_runs(
                 trajectories, None, verifier, agent_for=agent_for, rollouts=rollouts, budget=budget
@@ -89,12 +97,18 @@ def aggregate_command(
     metavar="MODULE:FUNCTION",
     help="Health of a step in [0, 1], for the silent-decay check.",
 )
-@click.option("--rollouts", default=50, show_default=True, type=int)
+@click.option(
+    "--rollouts",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Rollouts per prefix position.",
+)
 @click.option(
     "--out",
     "out_path",
     default=None,
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Write the drift curve as a standalone HTML file.",
 )
 @json_option
@@ -106,18 +120,20 @@ def drift_command(
     policy_specs: tuple[str, ...],
     scorer_spec: str | None,
     rollouts: int,
-    out_path: str | None,
+    out_path: Path | None,
     as_json: bool,
 ) -> None:
     """How open the run's fate was at each step, and where it sealed."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
     scorer = load_optional(scorer_spec, "--state-scorer")
+    if out_path is not None:
+        output_path(out_path, "--out")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
-        agent = resolve_agent(agent_spec, trajectory, policy_specs)
+        agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
     if out_path:
-        result.to_html(out_path)
+        write_text(out_path, result.html())
     if as_json:
         echo_json(result.to_dict())
         return

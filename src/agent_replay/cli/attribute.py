@@ -19,10 +19,13 @@ from .common import (
     friendly_errors,
     load_entrypoint,
     open_store,
+    output_dir,
+    output_path,
     policy_option,
     resolve_agent,
     session_option,
     verifier_option,
+    write_text,
 )
 from .progress import RolloutProgress
 
@@ -62,13 +65,13 @@ def report_json(data: dict[str, Any]) -> str:
 
 def write_reports(data: dict[str, Any], prefix: Path) -> tuple[Path, Path]:
     """``PREFIX.json`` and ``PREFIX.html``; returns both paths."""
-    from ..report.html import write_html
+    from ..report.html import render_html
 
     prefix.parent.mkdir(parents=True, exist_ok=True)
     json_path = prefix.with_name(prefix.name + ".json")
     html_path = prefix.with_name(prefix.name + ".html")
-    json_path.write_text(report_json(data) + "\n")
-    write_html(html_path, data)
+    write_text(json_path, report_json(data) + "\n")
+    write_text(html_path, render_html(data))
     return json_path, html_path
 
 
@@ -202,9 +205,17 @@ def attribute_command(
             "with it (a function returning a score in [0, 1], 1 = success)"
         )
     verifier = load_entrypoint(verifier_spec, "--verifier")
+    if no_save and reports_dir is not None:
+        raise click.UsageError(
+            "--reports-dir names where to save the report; --no-save says not to"
+        )
+    # where the reports go is checked before the rollouts are spent
+    if out_prefix is not None:
+        output_path(out_prefix, "--out")
+    folder = None if no_save else output_dir(reports_dir or reports_dir_for(db), "--reports-dir")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
-        agent = resolve_agent(agent_spec, trajectory, policy_specs)
+        agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
     progress = RolloutProgress(agent, budget=budget)
     # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
     # other package errors into one-line messages with exit code 1
@@ -226,11 +237,9 @@ def attribute_command(
     written = []
     if out_prefix is not None:
         written += write_reports(data, out_prefix)
-    if not no_save:
-        folder = reports_dir or reports_dir_for(db)
-        folder.mkdir(parents=True, exist_ok=True)
+    if folder is not None:
         saved = folder / report_file_name(session_id)
-        saved.write_text(report_json(data) + "\n")
+        write_text(saved, report_json(data) + "\n")
         written.append(saved)
     trace_id = export_otlp(data, otlp_url) if otlp_url else None
     if as_json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import sys
 import threading
 from pathlib import Path
@@ -133,8 +134,18 @@ def collect_command(
         collector = Collector(store, http=http_address, grpc=grpc_listen, config=config, tls=tls)
         try:
             collector.start()
+        except ssl.SSLError as exc:
+            raise click.ClickException(
+                f"cannot use the TLS certificate {tls_cert} and key {tls_key}: {exc} (are they "
+                "PEM files, and does the key match the certificate?)"
+            ) from exc
         except OSError as exc:
-            raise click.ClickException(f"cannot listen: {exc}") from exc
+            where = " and ".join(
+                f"{name} {address}"
+                for name, address in (("http", http_address), ("grpc", grpc_listen))
+                if address is not None
+            )
+            raise click.ClickException(f"cannot listen on {where}: {exc}") from exc
         for address in collector.insecure_exposure():
             click.echo(
                 f"warning: {address} accepts connections from other hosts without a token "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,6 +83,11 @@ def short(value: Any, width: int = 60) -> str:
     return "-" if value is None else clip(value, width)
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def outcome_word(failed: bool | None) -> str:
     """How the CLI prints an outcome: ``FAILED``, ``passed`` or ``unknown``."""
     return "unknown" if failed is None else ("FAILED" if failed else "passed")
@@ -128,7 +134,13 @@ def parse_json_arg(text: str | None, what: str) -> Any:
     if text is None:
         return None
     if text.startswith("@"):
-        text = Path(text[1:]).read_text()
+        try:
+            text = Path(text[1:]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(
+                f"cannot read {text[1:]!r}: {exc.strerror if isinstance(exc, OSError) else exc}",
+                param_hint=what,
+            ) from None
     try:
         return json.loads(text)
     except ValueError:
@@ -138,16 +150,28 @@ def parse_json_arg(text: str | None, what: str) -> Any:
 
 
 def resolve_agent(
-    agent_spec: str | None, trajectory: Any, policy_specs: Sequence[str] = ()
+    agent_spec: str | None,
+    trajectory: Any,
+    policy_specs: Sequence[str] = (),
+    *,
+    needs_code: bool = False,
 ) -> Callable:
-    """The user's agent, or a replay agent for an imported trajectory."""
+    """The user's agent, or a replay agent for an imported trajectory. ``needs_code``: a
+    natively recorded run without ``--agent`` or ``--policy`` is a usage error (its
+    rollouts need the agent's code; the replay agent could only serve its steps)."""
     if agent_spec is not None:
         return load_entrypoint(agent_spec, "--agent")
     from ..replay.agent import replayable_agent
 
     policies = dict(_policy(spec) for spec in policy_specs)
+    native = not trajectory.source.startswith(("import", "otel"))
+    if needs_code and native and not policies:
+        raise click.UsageError(
+            f"session {trajectory.session_id!r} was recorded from agent code: pass "
+            "--agent MODULE:FUNCTION (that code) so its rollouts can re-run it"
+        )
     agent = replayable_agent(trajectory, policies)
-    if not trajectory.source.startswith(("import", "otel")) and not policies:
+    if native and not policies:
         click.echo(
             "note: no --agent given; replaying through the replay agent (recorded steps only)",
             err=True,
@@ -165,4 +189,37 @@ def _policy(spec: str) -> tuple[str, Any]:
     if ":" in policy:  # module:function (or a policy class, made with no arguments)
         target = load_entrypoint(policy, "--policy")
         return key, target() if isinstance(target, type) else target
-    return key, load_policy(policy)
+    try:
+        return key, load_policy(policy)
+    except AgentReplayError as exc:  # an unknown name: a bad option value, like a bad spec
+        raise click.BadParameter(str(exc), param_hint="--policy") from None
+
+
+def output_dir(directory: Path, what: str) -> Path:
+    """``directory``, made if missing, checked writable before any work is spent on what will
+    be written there: a bad output path is a usage error, not a traceback after the work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # the real test: root passes os.access on directories it cannot write (procfs)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot write in {str(directory)!r}: {exc.strerror or exc}", param_hint=what
+        ) from None
+    return directory
+
+
+def output_path(path: Path, what: str) -> Path:
+    """``path`` to write later: its directory checked by :func:`output_dir`."""
+    if path.is_dir():
+        raise click.BadParameter(f"{str(path)!r} is a directory", param_hint=what)
+    output_dir(path.parent, what)
+    return path
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write an output file; a failure is one CLI error line, not a traceback."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -13,6 +13,7 @@ from ..demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from ..report.text import render_text
 from ..session import Session
 from .attribute import build_report, write_reports
+from .common import output_dir, plural
 from .progress import RolloutProgress
 from .show import render_table
 
@@ -33,7 +34,7 @@ def demo_command(out_dir: Path) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir, "--out")
     db = out_dir / "demo.sqlite"
     for stale in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         stale.unlink(missing_ok=True)
@@ -63,9 +64,8 @@ def demo_command(out_dir: Path) -> None:
 
         click.secho("2. Verifying the hash chain", bold=True)
         (result,) = session.store.verify(traj.session_id)
-        click.echo(
-            f"   {'ok' if result.ok else 'BAD'}: {result.steps} steps, head {traj.head_hash[:16]}…"
-        )
+        status = "ok" if result.ok else "BAD"
+        click.echo(f"   {status}: {plural(result.steps, 'step')}, head {traj.head_hash[:16]}…")
 
         click.secho("3. The recorded run", bold=True)
         stored = session.load(traj.session_id)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..model import Trajectory
 from ..replay import diff, fork, resume
 from .common import (
     agent_option,
@@ -17,6 +18,7 @@ from .common import (
     load_optional,
     open_store,
     parse_json_arg,
+    plural,
     policy_option,
     resolve_agent,
     session_option,
@@ -44,7 +46,13 @@ from .common import (
     default=None,
     help="Session id of the branch (default SESSION-fork-STEP, or -2, -3, ... when taken).",
 )
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of the random streams of the steps the branch re-draws.",
+)
 @json_option
 def fork_command(
     db: Path,
@@ -95,10 +103,35 @@ def fork_command(
         )
     comparison = diff(parent, child)
     if as_json:
-        echo_json({"child": child.session_id, "diff": comparison.to_dict()})
+        echo_json(
+            {
+                "child": child.session_id,
+                "failed": None if child.outcome is None else child.outcome.failed,
+                "divergence": child.metadata.get("divergence"),
+                "diff": comparison.to_dict(),
+            }
+        )
     else:
-        click.echo(f"forked {session_id} at step {at_step} -> {child.session_id}")
+        click.echo(f"forked {session_id} at step {at_step} -> {child.session_id}{_ended(child)}")
         click.echo(comparison.to_text())
+
+
+def _ended(child: Trajectory) -> str:
+    """How a branch ended, for its one-line summary: ``, passed`` / ``, failed`` (nothing
+    without a verifier), and where it left the recording when it did so before the fork."""
+    outcome = child.outcome
+    text = (
+        ""
+        if outcome is None or outcome.failed is None
+        else (", failed" if outcome.failed else ", passed")
+    )
+    divergence = child.metadata.get("divergence")
+    if isinstance(divergence, dict):
+        text += (
+            f"\nnote: the agent left the recording at step {divergence.get('position')} "
+            f"({divergence.get('reason')}): from there the branch ran live"
+        )
+    return text
 
 
 @click.command("resume")
@@ -108,16 +141,19 @@ def fork_command(
     "--agent",
     "agent_spec",
     required=True,
-    help="module:function of your agent: it continues live past the recording's end.",
+    metavar="MODULE:FUNCTION",
+    help="Your agent: it continues live past the recording's end.",
 )
 @verifier_option
 @click.option("--child", "child_id", default=None, help="Session id of the resumed run.")
+@json_option
 def resume_command(
     db: Path,
     session_id: str,
     agent_spec: str,
     verifier_spec: str | None,
     child_id: str | None,
+    as_json: bool,
 ) -> None:
     """Fast-forward through a recording and continue live past its end (a run whose last
     step failed runs that step again)."""
@@ -127,15 +163,20 @@ def resume_command(
         traj = store.load(session_id)
         resumed = resume(agent, traj, session_id=child_id, verifier=verifier, store=store)
     served = resumed.lineage.fork_step if resumed.lineage else len(traj.steps)
-    outcome = resumed.outcome
-    verdict = (
-        ""
-        if outcome is None or outcome.failed is None
-        else (", failed" if outcome.failed else ", passed")
-    )
+    if as_json:
+        echo_json(
+            {
+                "child": resumed.session_id,
+                "fast_forwarded": served,
+                "new_steps": len(resumed.steps) - served,
+                "failed": None if resumed.outcome is None else resumed.outcome.failed,
+                "divergence": resumed.metadata.get("divergence"),
+            }
+        )
+        return
     click.echo(
-        f"resumed {session_id} -> {resumed.session_id}: {served} steps "
-        f"fast-forwarded, {len(resumed.steps) - served} new{verdict}"
+        f"resumed {session_id} -> {resumed.session_id}: {plural(served, 'step')} "
+        f"fast-forwarded, {len(resumed.steps) - served} new{_ended(resumed)}"
     )
 
 

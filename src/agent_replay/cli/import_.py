@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..ingest import FORMATS, SourceReport, import_into
-from .common import db_option, echo_json, friendly_errors, json_option, open_store
+from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
 
 _SKIP = (".", "_")
 #: what a directory walk picks up (files named on the command line are always read)
@@ -49,7 +49,12 @@ def _expand(paths: tuple[Path, ...]) -> list[Path]:
     show_default=True,
     help="Input format; auto detects it from each file's content.",
 )
-@click.option("--strict", is_flag=True, help="Also fail when records inside a file were skipped.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Also exit 1 when anything read was not imported (a warning: skipped records, "
+    "traces without an agent span, log records without their span).",
+)
 @json_option
 def import_command(
     paths: tuple[Path, ...], db: Path, fmt: str, strict: bool, as_json: bool
@@ -88,7 +93,8 @@ def import_command(
     skipped = [s for s in result.sources if s.rejected]
     sessions = result.sessions
     steps = sum(s.steps for s in sessions)
-    replayable = sum(1 for s in sessions if s.capture.get("replayable"))
+    # a session with no capture report was recorded natively: its agent replays it
+    replayable = sum(1 for s in sessions if not s.capture or s.capture.get("replayable"))
     formats = Counter(s.format for s in result.sources if s.format and s.ok)  # files read
     if as_json:
         echo_json(
@@ -112,7 +118,7 @@ def import_command(
     else:
         by_format = ", ".join(f"{n} {f}" for f, n in sorted(formats.items()))
         click.echo(
-            f"Imported {len(sessions)} trajectories ({steps} steps) from "
+            f"Imported {len(sessions)} trajectories ({plural(steps, 'step')}) from "
             f"{len(files) - len(failed)} of {len(files)} files into {db}"
             + (f" [{by_format}]" if by_format else "")
         )
@@ -127,5 +133,5 @@ def import_command(
             click.echo(f"  warning: {warning}", err=True)
         if len(result.warnings) > MAX_LISTED:
             click.echo(f"  ... and {len(result.warnings) - MAX_LISTED} more warnings", err=True)
-    if failed or (strict and skipped):
+    if failed or (strict and (skipped or result.warnings)):
         sys.exit(1)

@@ -27,12 +27,19 @@ from .show import render_table, trajectory_json
     "agent_spec",
     required=True,
     metavar="MODULE:FUNCTION",
-    help="Your agent: agent(ctx, **task).",
+    help="Your agent: agent(ctx, **task) for a JSON object task, agent(ctx, task) otherwise.",
 )
 @verifier_option
-@click.option("--task", "task_text", default=None, help="The task as JSON (or @file.json).")
+@click.option(
+    "--task",
+    "task_text",
+    default=None,
+    help="The task as JSON, @file.json, or a bare word (taken as a string).",
+)
 @click.option("--session", "session_id", default=None, help="Session id (default: random).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the run's random streams."
+)
 @json_option
 def record_command(
     db: Path,

@@ -30,7 +30,13 @@ from .common import (
 @agent_option
 @verifier_option
 @policy_option
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of the random streams of the steps the replay re-draws.",
+)
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on any divergence.")
 @json_option
 def replay_command(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import friendly_errors, open_store
+from .common import friendly_errors, open_store, output_path, write_text
 
 
 @click.command("report")
@@ -40,7 +40,7 @@ def report_command(
     Exit codes: 0 written; 1 unreadable or invalid report; 2 usage error.
     """
     from ..report._data import trajectory_section
-    from ..report.html import write_html
+    from ..report.html import render_html
     from ..report.schema import ReportSchemaError, validate_report
     from ..report.text import render_text
 
@@ -55,8 +55,8 @@ def report_command(
     if db is not None and "trajectory" not in data:
         with friendly_errors(), open_store(db) as store:
             data["trajectory"] = trajectory_section(store.load(data["session_id"]))
-    out_path = out_path or json_path.with_suffix(".html")
-    write_html(out_path, data)
+    out_path = output_path(out_path or json_path.with_suffix(".html"), "--out")
+    write_text(out_path, render_html(data))
     if show_text:
         click.echo(render_text(data))
     click.echo(f"wrote {out_path}")

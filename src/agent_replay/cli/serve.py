@@ -12,7 +12,13 @@ from .common import db_option, friendly_errors, open_store
 @click.command("serve")
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (0: any free port).",
+)
 @click.option(
     "--reports",
     "reports_dir",

@@ -24,13 +24,15 @@ def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
         click.echo(f"no sessions in {db}")
         return
     width = max(len("session"), *(len(r.session_id) for r in rows))
+    source_width = max(len("source"), *(len(r.source) for r in rows))
     click.echo(
-        f"{'session':<{width}}  {'steps':>5}  {'outcome':<8} {'score':>5}  {'source':<14} parent"
+        f"{'session':<{width}}  {'steps':>5}  {'outcome':<8} {'score':>5}  "
+        f"{'source':<{source_width}} parent"
     )
     for r in rows:
         score = "-" if r.score is None else f"{r.score:.2f}"
         parent = f"{r.parent_session}@{r.fork_step}" if r.parent_session else ""
         click.echo(
             f"{r.session_id:<{width}}  {r.steps:>5}  {r.outcome:<8} {score:>5}  "
-            f"{r.source:<14} {parent}"
+            f"{r.source:<{source_width}} {parent}"
         )

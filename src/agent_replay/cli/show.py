@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import click
 
 from ..model import Trajectory
+from ..report._data import clip
 from .common import (
     db_option,
     echo_json,
@@ -14,6 +16,7 @@ from .common import (
     json_option,
     open_store,
     outcome_word,
+    plural,
     short,
 )
 
@@ -50,8 +53,15 @@ def trajectory_json(traj: Trajectory) -> dict:
     }
 
 
-def render_table(traj: Trajectory, width: int = 48) -> str:
-    lines = [f"session {traj.session_id}  ({len(traj.steps)} steps, source {traj.source})"]
+def render_table(traj: Trajectory, width: int | None = None) -> str:
+    """The session as a step table; ``width`` of the inputs and output columns (default: what
+    fits the terminal, ``COLUMNS`` when not a terminal, else 48)."""
+    if width is None:
+        columns = shutil.get_terminal_size((150, 24)).columns
+        width = max(12, min(48, (columns - 50) // 2))  # a row is 50 + 2 * width
+    lines = [
+        f"session {traj.session_id}  ({plural(len(traj.steps), 'step')}, source {traj.source})"
+    ]
     if traj.outcome is not None:
         o = traj.outcome
         score = "" if o.score is None else f" score {o.score:.3f}"
@@ -66,14 +76,14 @@ def render_table(traj: Trajectory, width: int = 48) -> str:
     lines.append(f"{'#':>3}  {'step':<28} {'agent':<14} {'inputs':<{width}} output")
     for s in traj.steps:
         flags = ("!" if s.side_effects else "") + ("x" if s.error else "")
-        label = (s.label + (f" [{flags}]" if flags else ""))[:28]
+        label = clip(s.label + (f" [{flags}]" if flags else ""), 28)
         out = (
             f"{s.error['type']}: {s.error.get('message', '')}"
             if s.error
             else short(s.output, width)
         )
         lines.append(
-            f"{s.index:>3}  {label:<28} {(s.agent or '-')[:14]:<14} "
+            f"{s.index:>3}  {label:<28} {clip(s.agent or '-', 14):<14} "
             f"{short(s.inputs, width):<{width}} {out}"
         )
     return "\n".join(lines)

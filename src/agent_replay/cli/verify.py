@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, echo_json, friendly_errors, json_option, open_store
+from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
 
 
 @click.command("verify")
@@ -26,7 +26,7 @@ def verify_command(db: Path, session_id: str | None, as_json: bool) -> None:
     else:
         for r in results:
             if r.ok:
-                click.echo(f"ok    {r.session_id}  ({r.steps} steps)")
+                click.echo(f"ok    {r.session_id}  ({plural(r.steps, 'step')})")
             else:
                 click.echo(
                     f"BAD   {r.session_id}  first bad step: "

@@ -227,9 +227,14 @@ class _Branch:
         return self._saved(result)
 
     def _saved(self, result: Any) -> Trajectory:
+        lineage = self.lineage
+        if result.divergence is not None and result.divergence.position < lineage.fork_step:
+            # the agent left the recording before the intended fork: the branch shares only
+            # the steps before that (the divergence is in the child's metadata)
+            lineage = replace(lineage, fork_step=result.divergence.position)
         child = result.trajectory(
             self.session_id,
-            lineage=self.lineage,
+            lineage=lineage,
             task=self.trajectory.task,
             seed=self.trajectory.seed,
             metadata={"source": self.source},
@@ -245,8 +250,7 @@ def _claimed(store: Any, session_id: str | None) -> CheckpointStore | None:
     target = _store_of(store)
     if target is not None and session_id is not None and session_id in target:
         raise StoreError(
-            f"session {session_id!r} already exists in the store; give the new branch "
-            "another id (session_id=, or --child on the command line)"
+            f"session {session_id!r} already exists in the store; give the new branch another id"
         )
     return target
 
@@ -321,8 +325,12 @@ class TrajectoryDiff:
 
     def to_text(self) -> str:
         lines = [
-            f"diff {self.a} .. {self.b}: first divergence at "
-            f"{'none' if self.first_divergence is None else f'step {self.first_divergence}'}"
+            f"diff {self.a} .. {self.b}: "
+            + (
+                "the same steps"
+                if self.first_divergence is None
+                else f"first divergence at step {self.first_divergence}"
+            )
         ]
         for s in self.steps:
             mark = " " if s.same else "*"

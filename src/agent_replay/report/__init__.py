@@ -5,6 +5,7 @@ dict it serialises to (``to_dict()`` / a loaded ``report.json``), so reports reg
 JSON unchanged.
 """
 
+from ..attribution.result import REPORT_SCHEMA_VERSION
 from .explain import Explanation, TraceEntry, explain, point_of_no_return
 from .html import render_html, write_html
 from .otel import to_otel
@@ -12,6 +13,7 @@ from .schema import ReportSchemaError, load_schema, validate_report
 from .text import render_text
 
 __all__ = [
+    "REPORT_SCHEMA_VERSION",
     "Explanation",
     "ReportSchemaError",
     "TraceEntry",

@@ -1,0 +1,229 @@
+"""What the command line does with bad paths, bad values, interruptions and closed pipes:
+one line and the documented exit code, never a traceback, and no work spent before a bad
+output path is found (found by trying every command as a new user would)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent_replay import CheckpointStore, record
+from agent_replay.cli import main
+from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+
+AGENT = "agent_replay.demo.agent:support_agent"
+VERIFIER = "agent_replay.demo.agent:refund_approved"
+FIXTURES = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
+FIXTURES = FIXTURES / "fixtures"
+
+
+@pytest.fixture
+def demo_db(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(
+            record(
+                support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved, session_id="s1"
+            )
+        )
+    return db
+
+
+@pytest.fixture
+def not_a_directory(tmp_path):
+    """A path whose parent is a file: no output can be written under it."""
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    return blocker / "sub"
+
+
+def run(*args, env=None):
+    return CliRunner(env=env).invoke(main, list(map(str, args)), catch_exceptions=False)
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_rollout(
+    demo_db, not_a_directory, tmp_path, monkeypatch
+):
+    (tmp_path / "counted.py").write_text(
+        textwrap.dedent("""
+        from agent_replay.demo.agent import support_agent
+        CALLS = []
+        def agent(ctx, **task):
+            CALLS.append(1)
+            return support_agent(ctx, **task)
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import counted
+
+    for option, path in (("--out", not_a_directory / "report"), ("--reports-dir", not_a_directory)):
+        result = run(
+            "attribute", "--db", demo_db, "--session", "s1", "--agent", "counted:agent",
+            "--verifier", VERIFIER, option, path,
+        )  # fmt: skip
+        assert result.exit_code == 2 and option in result.output and "cannot write" in result.output
+    assert counted.CALLS == []  # refused before the first rollout
+    for args in (
+        ["demo", "--out", not_a_directory],
+        ["drift", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER,
+         "--out", not_a_directory / "d.html"],
+    ):  # fmt: skip
+        result = run(*args)
+        assert result.exit_code == 2 and "cannot write" in result.output, result.output
+
+
+def test_report_to_an_unwritable_path_and_contradictory_options(demo_db, tmp_path, not_a_directory):
+    prefix = tmp_path / "r"
+    made = run(
+        "attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT,
+        "--verifier", VERIFIER, "--out", prefix, "--no-save",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    result = run("report", "--json", f"{prefix}.json", "--out", not_a_directory / "r.html")
+    assert result.exit_code == 2 and "cannot write" in result.output
+    both = run(
+        "attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT,
+        "--verifier", VERIFIER, "--no-save", "--reports-dir", tmp_path,
+    )  # fmt: skip
+    assert both.exit_code == 2 and "--no-save" in both.output
+
+
+def test_bad_values_are_usage_errors(demo_db, tmp_path):
+    missing = run("record", "--db", demo_db, "--agent", AGENT, "--task", "@nowhere.json")
+    assert missing.exit_code == 2 and "cannot read 'nowhere.json'" in missing.output
+    for args in (
+        ["drift", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER,
+         "--rollouts", "0"],
+        ["aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER, "--budget", "0"],
+        ["attribute", "--db", demo_db, "--session", "s1", "--verifier", VERIFIER,
+         "--policy", "no-such-policy"],
+    ):  # fmt: skip
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+    # a natively recorded run needs its code: the replay agent would feed the verifier
+    # the wrong result shape and the error would blame the verifier
+    native = run("attribute", "--db", demo_db, "--session", "s1", "--verifier", VERIFIER)
+    assert native.exit_code == 2 and "--agent MODULE:FUNCTION" in native.output
+
+
+def test_a_state_scorer_that_raises_is_one_line(demo_db, tmp_path, monkeypatch):
+    (tmp_path / "scorers.py").write_text("def broken(step):\n    raise KeyError('health')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run(
+        "drift", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER,
+        "--rollouts", "2", "--state-scorer", "scorers:broken",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "the state scorer failed on step 0" in result.output and "Traceback" not in result.output
+
+
+def test_credit_mode_on_a_failed_run_is_refused(demo_db):
+    result = run(
+        "attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT,
+        "--verifier", VERIFIER, "--mode", "credit", "--no-save",
+    )  # fmt: skip
+    assert (
+        result.exit_code == 1 and "credit mode asks which step secured a success" in result.output
+    )
+
+
+def test_fork_and_resume_say_how_the_branch_ended_and_where_it_left_the_recording(
+    demo_db, tmp_path, monkeypatch
+):
+    (tmp_path / "other.py").write_text(
+        textwrap.dedent("""
+        def agent(ctx, **task):  # calls a tool where the recording has an llm step
+            ctx.tool("lookup", produce=lambda: "x")
+            return {"approved": False}
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forked = run(
+        "fork", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER,
+        "--at-step", "2", "--do", '"refund_policy_2026"',
+    )  # fmt: skip
+    assert forked.exit_code == 0 and "-> s1-fork-2, " in forked.output
+    resumed = run("resume", "--db", demo_db, "--session", "s1", "--agent", "other:agent", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    data = json.loads(resumed.output)
+    assert data["fast_forwarded"] == 0 and data["new_steps"] == 1
+    assert data["divergence"]["position"] == 0
+    text = run("resume", "--db", demo_db, "--session", "s1", "--agent", "other:agent")
+    assert "0 steps fast-forwarded, 1 new" in text.output
+    assert "left the recording at step 0" in text.output
+    shown = run("show", "--db", demo_db, "--session", data["child"])
+    assert "forked from s1 at step 0" in shown.output
+
+
+def test_strict_import_fails_when_nothing_usable_was_in_the_file(tmp_path):
+    example = FIXTURES / "otlp" / "opentelemetry-proto_examples_trace.json"  # no agent span
+    db = tmp_path / "i.sqlite"
+    assert run("import", example, "--db", db).exit_code == 0
+    strict = run("import", example, "--db", db, "--strict")
+    assert strict.exit_code == 1 and "warning" in strict.output
+
+
+def test_native_sessions_copied_from_another_store_count_as_replayable(demo_db, tmp_path):
+    result = run("import", demo_db, "--db", tmp_path / "copy.sqlite")
+    assert result.exit_code == 0 and "1 of 1 fully replayable" in result.output
+
+
+def test_show_fits_the_terminal(demo_db):
+    result = run("show", "--db", demo_db, "--session", "s1", env={"COLUMNS": "80"})
+    assert max(len(line) for line in result.output.splitlines()[4:]) <= 80
+
+
+def _cli(*args: str, **kwargs) -> subprocess.Popen:
+    code = "from agent_replay.cli import main; main()"
+    return subprocess.Popen([sys.executable, "-c", code, *args], **kwargs)
+
+
+def test_a_closed_pipe_exits_141_not_1(demo_db):
+    """``agent-replay verify ... | head -1``: exit 1 means a bad store for verify, so a reader
+    that went away must not look like one."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    process = _cli("verify", "--db", str(demo_db), stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141, err
+    assert b"Traceback" not in err
+
+
+def test_ctrl_c_exits_130(tmp_path):
+    (tmp_path / "slow.py").write_text(
+        textwrap.dedent("""
+        import time
+        def agent(ctx):
+            time.sleep(0.2)
+            return ctx.llm("pick", produce=lambda: ctx.rng.random())
+        def verifier(result):
+            return 0.0
+        """)
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    db = str(tmp_path / "slow.sqlite")
+    subprocess.run(
+        [sys.executable, "-c", "from agent_replay.cli import main; main()", "record", "--db", db,
+         "--agent", "slow:agent", "--verifier", "slow:verifier", "--session", "s"],
+        check=True, cwd=tmp_path, env=env, capture_output=True,
+    )  # fmt: skip
+    process = _cli(
+        "attribute", "--db", db, "--session", "s", "--agent", "slow:agent",
+        "--verifier", "slow:verifier", "--no-save",
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
