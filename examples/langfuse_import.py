@@ -1,6 +1,6 @@
 """Import a Langfuse trace export and attribute it with a resample policy.
 
-The trace (from `shared/fixtures/langfuse/`, or pass your own export's path) is an agent
+The trace (`examples/data/`, a real Langfuse export; or pass your own export's path) is an agent
 built on Microsoft's agent framework: the model asks a weather tool, then answers. Langfuse
 scored it as a hallucination. There is no agent code to re-run, so each step gets a resample
 policy: the model's tool call is re-issued as recorded, the weather tool is re-drawn from a
@@ -18,21 +18,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent_replay.ingest import load
-
 from agent_replay.attribution import attribute
+from agent_replay.ingest import load
 from agent_replay.replay import HoldPolicy, ScriptedPolicy, replayable_agent
 
 SAMPLE = "microsoft-agent-2025-10-14.json"
 
 
 def default_export() -> Path:
-    """The sample export in the project's shared fixtures (beside the checkout)."""
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "fixtures" / "langfuse" / SAMPLE
-        if candidate.exists():
-            return candidate
-    raise SystemExit(f"pass the path of a Langfuse export ({SAMPLE} not found)")
+    """The sample export shipped beside this example (see data/SOURCES.txt)."""
+    return Path(__file__).resolve().parent / "data" / SAMPLE
 
 
 TRUTH = "sunny"  # what the weather station actually reported that day

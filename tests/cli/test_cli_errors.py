@@ -227,3 +227,25 @@ def test_ctrl_c_exits_130(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert b"interrupted" in err and b"Traceback" not in err
+
+
+def test_options_that_would_be_ignored_are_refused(demo_db, tmp_path):
+    both = run(
+        "replay", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--policy", "hold",
+    )  # fmt: skip
+    assert both.exit_code == 2 and "one or the other" in both.output
+    nowhere = run("serve", "--db", demo_db, "--reports", tmp_path / "missing")
+    assert nowhere.exit_code == 2 and "does not exist" in nowhere.output
+
+
+def test_a_report_without_the_runs_steps_says_where_to_get_them(demo_db, tmp_path):
+    from agent_replay import attribute as attribute_run
+
+    with CheckpointStore(demo_db) as store:
+        traj = store.load("s1")
+    bare = tmp_path / "bare.json"
+    attribute_run(traj, support_agent, refund_approved, rollouts=16).to_json(bare)
+    result = CliRunner().invoke(main, ["report", "--json", str(bare)])
+    assert result.exit_code == 0 and "pass --db" in result.output
+    with_db = CliRunner().invoke(main, ["report", "--json", str(bare), "--db", str(demo_db)])
+    assert with_db.exit_code == 0 and "pass --db" not in with_db.output

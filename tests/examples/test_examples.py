@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from surface_helpers import assert_valid_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,19 +40,14 @@ def test_otel_openai_agent(tmp_path):
     assert data["repair"]["valid"]
 
 
-def langfuse_export():
+def test_langfuse_import_runs_from_a_checkout_alone(tmp_path):
+    """The sample export ships with the example (a copy of the shared fixture, same bytes)."""
+    shipped = EXAMPLES / "data" / "microsoft-agent-2025-10-14.json"
     for parent in EXAMPLES.resolve().parents:
-        candidate = parent / "shared" / "fixtures" / "langfuse" / "microsoft-agent-2025-10-14.json"
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def test_langfuse_import(tmp_path):
-    export = langfuse_export()
-    if export is None:
-        pytest.skip("shared/fixtures/langfuse is not beside this checkout")
-    out = run_example([EXAMPLES / "langfuse_import.py", export], tmp_path)
+        fixture = parent / "shared" / "fixtures" / "langfuse" / shipped.name
+        if fixture.exists():
+            assert fixture.read_bytes() == shipped.read_bytes()
+    out = run_example([EXAMPLES / "langfuse_import.py"], tmp_path)
     assert "CULPRIT  step 1 · tool:get_weather" in out
     assert_valid_report(json.loads((tmp_path / "langfuse-report.json").read_text()))
 

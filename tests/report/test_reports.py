@@ -255,3 +255,19 @@ def test_embed_json_cannot_close_the_script():
     text = embed_json({"a": "</script><script>alert(1)</script>", "b": "\u2028&"})
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text)["a"].startswith("</script>")
+
+
+def test_chart_labels_fit_inside_the_chart():
+    """The tick labels and the axis title sit inside the viewBox with room for descenders
+    (11px text): the axis title's baseline was the chart's last pixel and was clipped."""
+    import re
+
+    from agent_replay.report.html import _chart
+
+    svg = _chart([(0, 0.2, 0.1, 0.3), (5, 0.9, None, None)], 5, title="t", y_label="F(i)")
+    height = float(re.search(r'viewBox="0 0 [\d.]+ ([\d.]+)"', svg).group(1))
+    texts = re.findall(r'<text x="[^"]*" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    title = next(float(y) for y, text in texts if text.startswith("prefix position"))
+    ticks = [float(y) for y, text in texts if text == "5"]  # the last x tick
+    assert title <= height - 4  # room for descenders: "p", "(", ")"
+    assert ticks and title - max(ticks) >= 14  # the tick row and the title do not touch

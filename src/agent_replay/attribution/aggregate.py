@@ -71,7 +71,12 @@ class AggregateResult:
 
     def to_text(self) -> str:
         lines = [
-            f"Aggregate attribution: {self.failing_runs} failing runs of {self.runs}",
+            f"Aggregate attribution: {self.failing_runs} failing runs"
+            + (
+                f" ({len(self.skipped)} of the {self.runs} given passed and were skipped)"
+                if self.skipped
+                else ""
+            ),
             f"  Systematic weak step: {self.systematic_culprit or 'none stands out'}",
             f"  {'step':<32} {'culprit':>9} {'share of failing runs [CI]':>26} "
             f"{'in runs':>8} {'mean effect':>12} {'poc':>5}",

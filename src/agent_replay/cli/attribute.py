@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -98,9 +99,14 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     context = to_otel(data, provider, explanation=data.get("explanation"))
     provider.shutdown()
     exporter = OTLPSpanExporter(endpoint=endpoint, timeout=10)
+    # the exporter logs each retry; a failure is reported below, once, as our own error
+    quiet = logging.getLogger("opentelemetry.exporter.otlp")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         outcome = exporter.export(memory.get_finished_spans())
     finally:
+        quiet.setLevel(level)
         exporter.shutdown()
     if outcome is not SpanExportResult.SUCCESS:
         raise click.ClickException(
@@ -241,7 +247,6 @@ def attribute_command(
         saved = folder / report_file_name(session_id)
         write_text(saved, report_json(data) + "\n")
         written.append(saved)
-    trace_id = export_otlp(data, otlp_url) if otlp_url else None
     if as_json:
         click.echo(report_json(data))
     else:
@@ -254,6 +259,7 @@ def attribute_command(
         click.echo("")
         for path in written:
             click.echo(f"wrote {path}")
-        if trace_id:
-            click.echo(f"exported the verdict to {otlp_url} (trace {trace_id})")
+    if otlp_url:  # after the verdict is out: a refused export loses nothing but itself
+        trace_id = export_otlp(data, otlp_url)
+        click.echo(f"exported the verdict to {otlp_url} (trace {trace_id})", err=as_json)
     sys.exit(EXIT_DECIDED if result.decided else EXIT_UNDECIDED)

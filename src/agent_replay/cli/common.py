@@ -160,6 +160,11 @@ def resolve_agent(
     natively recorded run without ``--agent`` or ``--policy`` is a usage error (its
     rollouts need the agent's code; the replay agent could only serve its steps)."""
     if agent_spec is not None:
+        if policy_specs:
+            raise click.UsageError(
+                "--policy re-draws an imported trace's steps through the replay agent; with "
+                "--agent your code runs them: give one or the other"
+            )
         return load_entrypoint(agent_spec, "--agent")
     from ..replay.agent import replayable_agent
 

@@ -55,6 +55,12 @@ def report_command(
     if db is not None and "trajectory" not in data:
         with friendly_errors(), open_store(db) as store:
             data["trajectory"] = trajectory_section(store.load(data["session_id"]))
+    elif "trajectory" not in data:
+        click.echo(
+            "note: this report does not hold the run's steps (a bare AttributionResult."
+            "to_json()); pass --db with the store to show their content",
+            err=True,
+        )
     out_path = output_path(out_path or json_path.with_suffix(".html"), "--out")
     write_text(out_path, render_html(data))
     if show_text:

@@ -23,7 +23,7 @@ from .common import db_option, friendly_errors, open_store
     "--reports",
     "reports_dir",
     default=None,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Folder of JSON attribution reports [default: DB.reports/, where `attribute` keeps them].",
 )
 def serve_command(db: Path, host: str, port: int, reports_dir: Path | None) -> None:

@@ -68,8 +68,9 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CONTENT_HINT = (
-    "no message content was captured; set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="
-    "span_only (or the equivalent of your instrumentation) to make these steps replayable"
+    "no message content was captured for some steps, so they cannot be replayed or re-drawn: "
+    "the OTel GenAI instrumentations write it with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_"
+    "CONTENT=span_only; a step note above names the setting of any other instrumentation"
 )
 
 

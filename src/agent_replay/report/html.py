@@ -120,6 +120,7 @@ pre { background:#f3f5f9; padding:8px; border-radius:6px; overflow:auto; max-hei
 .role.protective { background:#c8e6c9; }
 .warn { color:var(--warn); } .muted { color:var(--muted); }
 svg text { font:11px system-ui,sans-serif; fill:var(--muted); }
+.scroll { overflow-x:auto; }
 .charts { display:grid; grid-template-columns:1fr 1fr; gap:18px; }
 @media (max-width:900px) { .charts { grid-template-columns:1fr; } }
 """
@@ -358,9 +359,9 @@ def _timeline(data: Mapping[str, Any], ex: Explanation) -> str:
         f'<p class="sub">Bars: effect on the {_event(data)} probability (red raises it), '
         "whiskers: "
         "interval. Dashed: steps the search did not split - the bar is their segment's total "
-        "effect.</p><table><thead><tr><th>#</th><th>step</th><th>agent</th><th>role</th>"
-        "<th>effect</th><th>estimate</th><th>inputs / action / observation</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></section>"
+        'effect.</p><div class="scroll"><table><thead><tr><th>#</th><th>step</th><th>agent</th>'
+        "<th>role</th><th>effect</th><th>estimate</th><th>inputs / action / observation</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 
 
@@ -372,8 +373,8 @@ def _chart(
     y_label: str,
     mark: int | None = None,
 ) -> str:
-    width, height = 520, 220
-    left, right, top, bottom = 44, 14, 14, 30
+    width, height = 520, 232
+    left, right, top, bottom = 44, 14, 14, 42  # room for the tick labels and the axis title
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def x(position: float) -> float:
@@ -395,7 +396,8 @@ def _chart(
     step_every = max(1, n // 12)
     for position in range(0, n + 1, step_every):
         parts.append(
-            f'<text x="{x(position)}" y="{height - 12}" text-anchor="middle">{position}</text>'
+            f'<text x="{x(position)}" y="{top + plot_h + 14}" text-anchor="middle">'
+            f"{position}</text>"
         )
     if mark is not None:
         parts.append(
@@ -419,7 +421,7 @@ def _chart(
             f"<title>{h(label)}</title></circle>"
         )
     parts.append(
-        f'<text x="{left + plot_w / 2}" y="{height - 1}" text-anchor="middle">'
+        f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">'
         "prefix position i (steps before i held)</text>"
         f'<text x="12" y="{top + plot_h / 2}" text-anchor="middle" '
         f'transform="rotate(-90 12 {top + plot_h / 2})">{h(y_label)}</text>'
@@ -476,7 +478,8 @@ def _shapley(data: Mapping[str, Any]) -> str:
         blocks.append(
             f'<h3>{h(title)}</h3><p class="sub">{h(sh["method"])}, {h(sh["evaluations"])} '
             f"coalition evaluations, v(all) - v(none) = {sh['v_all'] - sh['v_none']:+.2f}, "
-            f"efficiency gap {sh['efficiency_gap']:+.3f}</p><table>{rows}</table>"
+            f"efficiency gap {sh['efficiency_gap']:+.3f}</p>"
+            f'<div class="scroll"><table>{rows}</table></div>'
         )
     if not blocks:
         return ""

@@ -48,6 +48,7 @@ def render_text(
             lines.append(
                 f"         effect {fmt_effect(c.get('effect'))} {fmt_interval(c['interval'])}"
                 f" at {c['interval']['confidence']:.1%} confidence"
+                + _adjusted(data, c["interval"]["confidence"])
             )
     elif data["verdict"] == "nothing to attribute":
         lines.append("NOTHING TO ATTRIBUTE  no step of this run can be re-drawn")
@@ -135,3 +136,13 @@ def _top(shapley: Mapping[str, Any]) -> str | None:
     best = max(range(len(values)), key=lambda i: values[i])
     interval = shapley["intervals"][best]
     return f"{shapley['players'][best]} {values[best]:+.2f} {fmt_interval(interval)}"
+
+
+def _adjusted(data: Mapping[str, Any], level: float) -> str:
+    """Why an interval's level is above the nominal one: the search looked several times."""
+    nominal, looks = data.get("confidence"), (data.get("fdr") or {}).get("looks")
+    if not isinstance(nominal, (int, float)) or not isinstance(looks, int) or looks < 2:
+        return ""
+    if level <= nominal:
+        return ""
+    return f" ({nominal:.0%} over the search's {looks} looks)"
