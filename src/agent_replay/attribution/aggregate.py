@@ -21,7 +21,12 @@ __all__ = ["AggregateResult", "StepAggregate", "aggregate_runs"]
 
 @dataclass(frozen=True)
 class StepAggregate:
-    """One step name (``kind:name``, the stable identity of an operation) across runs."""
+    """One step name (``kind:name``, the stable identity of an operation) across runs.
+
+    ``mean_effect`` and ``effect_interval`` are over the ``measured_runs`` only: the runs whose
+    search measured this step on its own (the adaptive search isolates the steps that matter
+    there, mostly where it is the culprit, so this is not its mean effect over all the runs;
+    in the others it sat in a segment measured as a whole)."""
 
     label: str
     runs: int
@@ -30,6 +35,7 @@ class StepAggregate:
     mean_effect: float | None
     effect_interval: Interval | None
     poc_count: int
+    measured_runs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +44,7 @@ class StepAggregate:
             "culprit_count": self.culprit_count,
             "culprit_share": self.culprit_share.to_dict(),
             "mean_effect": self.mean_effect,
+            "measured_runs": self.measured_runs,
             "effect_interval": None
             if self.effect_interval is None
             else self.effect_interval.to_dict(),
@@ -48,8 +55,9 @@ class StepAggregate:
 @dataclass(frozen=True)
 class AggregateResult:
     """``systematic_culprit`` is the step name most often the culprit, when it is so
-    significantly more often than the runner-up (exact one-sided sign test over the runs
-    whose culprit is one of the two, at ``1 - confidence``); ``steps`` is sorted by culprit
+    significantly more often than the runner-up (exact sign test over the runs whose culprit
+    is one of the two, two-sided since the name is chosen for having the larger count, at
+    ``1 - confidence``); ``steps`` is sorted by culprit
     count. A step's ``culprit_share`` is of the failing runs attributed (the runs it appears
     in are its ``runs``)."""
 
@@ -79,16 +87,25 @@ class AggregateResult:
             ),
             f"  Systematic weak step: {self.systematic_culprit or 'none stands out'}",
             f"  {'step':<32} {'culprit':>9} {'share of failing runs [CI]':>26} "
-            f"{'in runs':>8} {'mean effect':>12} {'poc':>5}",
+            f"{'in runs':>8} {'mean effect where measured':>27} {'poc':>5}",
         ]
         failing = max(1, len(self.results))
         for s in self.steps:
-            effect = "-" if s.mean_effect is None else f"{s.mean_effect:+.2f}"
+            effect = (
+                "-"
+                if s.mean_effect is None
+                else f"{s.mean_effect:+.2f} (in {s.measured_runs} run"
+                + ("s)" if s.measured_runs != 1 else ")")
+            )
             lines.append(
                 f"  {s.label:<32} {s.culprit_count:>4}/{failing:<4} "
                 f"{s.culprit_count / failing:>11.0%} [{s.culprit_share.low:.2f},"
-                f" {s.culprit_share.high:.2f}] {s.runs:>8} {effect:>12} {s.poc_count:>5}"
+                f" {s.culprit_share.high:.2f}] {s.runs:>8} {effect:>27} {s.poc_count:>5}"
             )
+        lines.append(
+            "  (a step's effect is measured alone only in the runs where the search isolated "
+            "it, mostly where it mattered: the mean is over those runs, not all)"
+        )
         return "\n".join(lines)
 
 
@@ -166,13 +183,15 @@ def aggregate_runs(
                 mean,
                 interval,
                 pocs[label],
+                len(values),
             )
         )
     rows.sort(key=lambda r: (-r.culprit_count, -(r.mean_effect or 0.0), r.label))
     systematic = None
     if rows and rows[0].culprit_count:
         runner_up = rows[1].culprit_count if len(rows) > 1 else 0
-        if mcnemar_p(rows[0].culprit_count, runner_up) < 1.0 - confidence:
+        # two-sided: the name tested is the one that came out ahead
+        if 2 * mcnemar_p(rows[0].culprit_count, runner_up) < 1.0 - confidence:
             systematic = rows[0].label
     return AggregateResult(
         len(trajectories), len(results), systematic, tuple(rows), tuple(results), tuple(skipped)

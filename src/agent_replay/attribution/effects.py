@@ -15,7 +15,9 @@ Adaptive search (the default). ``F`` is usually close to monotone with a few jum
    midpoint (bisection);
 3. once it is a single step - the candidate - check that its effect's lower bound exceeds the
    upper bound of every other segment; if not, double the rollouts at the positions bounding
-   the candidate and the segments that block it, and repeat;
+   the candidate and, once its effect is significantly positive, bisect the segments of
+   several steps that block it (a large effect can hide in one behind a protective step: their
+   total stays small) and double the rollouts at the single steps that block it, and repeat;
 4. stop when the candidate is separated, when the budget (live step executions) or the
    rollout cap cannot pay for the next round, and say which.
 
@@ -286,6 +288,13 @@ def _separation(
     low = next(lo for seg, lo, _ in bounds if seg is candidate)
     blockers = [seg for seg, _, high in bounds if seg is not candidate and high >= low]
     return bounds, low, blockers
+
+
+def _widest_inside(segments: list[Segment], part: Segment) -> Segment | None:
+    """The widest segment of several steps within ``part`` (a segment, or a run of merged
+    ones), or ``None`` when every step in it is its own segment already."""
+    inside = [s for s in segments if part.start <= s.start and s.end <= part.end and s.width > 1]
+    return max(inside, key=lambda s: (s.width, -s.start), default=None)
 
 
 def significant(segment: Segment, compared: int, alpha: float) -> bool:
@@ -563,9 +572,26 @@ def search_effects(
                 stop_reason = "budget"
             raised = True
         targets: dict[int, int] = {}
+        splits: dict[int, int] = {}
         if stop_reason != "budget" and significant(candidate, len(segments), alpha):
             endpoints = {candidate.start, candidate.end}
+            lows = {(seg.start, seg.end): lo for seg, lo, _ in separation}
+            at_cap = level + 1 >= len(levels)  # the candidate has all the rollouts it can get
             for segment in blockers:
+                wide = _widest_inside(segments, segment)
+                positive = lows.get((segment.start, segment.end), 0) > 0 or (
+                    at_cap and segment.estimate > 0
+                )
+                if wide is not None and positive:
+                    # a part of several steps that could match the candidate, never split,
+                    # and holding a positive effect (for sure, or by its estimate once nothing
+                    # else is left to do): a large effect can hide in it behind a protective
+                    # step (their total stays small, so more rollouts at its ends would never
+                    # make it the candidate): split it
+                    middle = (wide.start + wide.end) // 2
+                    level = min(level_of.get(wide.start, 0), level_of.get(wide.end, 0))
+                    splits[middle] = max(level, splits.get(middle, 0))
+                    continue
                 for position, other in ((segment.start, segment.end), (segment.end, segment.start)):
                     if position in endpoints:
                         # the pair comparison gave this endpoint only "reproduced or not";
@@ -574,6 +600,13 @@ def search_effects(
                     else:
                         target = level_of.get(position, 0) + 1
                     targets[position] = max(target, targets.get(position, 0))
+        for middle in sorted(splits, reverse=True):
+            if not raise_to(middle, splits[middle]):
+                stop_reason = "budget"
+                break
+            raised = True
+        if stop_reason == "budget":
+            break
         for position in sorted(targets, reverse=True):
             target = min(targets[position], len(levels) - 1)
             if all(profile.value(position, s) is not None for s in range(levels[target])):

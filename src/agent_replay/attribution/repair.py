@@ -3,9 +3,10 @@
 Candidates come from the caller, from a ``propose_fn(step, trajectory)`` (an LLM asked for a
 fix, say), and from the re-drawn actions at that step that led to success in rollouts. Each
 candidate is swapped in with ``do()`` (the prefix held, the rest re-drawn) and its failure rate
-measured with common random numbers. A repair is *valid* when the upper bound of that failure
-rate is below ``threshold``; among valid repairs the one closest to the original action wins
-(minimality: the similarity of their canonical JSON, 1 = identical).
+measured on rollout seeds the harvest did not use. A repair is *valid* when the upper bound of
+that failure rate, at a confidence corrected for the number of candidates tried (Bonferroni:
+the best of several is kept), is below ``threshold``; among valid repairs the one closest to
+the original action wins (minimality: the similarity of their canonical JSON, 1 = identical).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..errors import CanonicalEncodingError
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutEngine
 from .result import Repair
-from .stats import clopper_pearson
+from .stats import bonferroni, clopper_pearson
 
 __all__ = ["export_contrastive_pairs", "find_minimal_repair", "minimality"]
 
@@ -83,11 +84,15 @@ def find_minimal_repair(
     if not unique:
         return None
     tried = []
+    # validated on seeds the harvest did not use (a harvested action's own successes would
+    # count again), at a level corrected for keeping the best of the candidates tried
+    fresh = range(rollouts, 2 * rollouts)
+    level = bonferroni(confidence, len(unique))
     for value, source in unique:
         plan = ReplayPlan(hold_before=step).force(step, value)
-        results = engine.run(plan, range(rollouts))
+        results = engine.run(plan, fresh)
         failures = sum(r.failed for r in results)
-        interval = clopper_pearson(failures, len(results), confidence)
+        interval = clopper_pearson(failures, len(results), level)
         tried.append(
             Repair(
                 step=step,

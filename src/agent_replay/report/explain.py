@@ -198,8 +198,12 @@ def _strength(data: Mapping[str, Any]) -> str:
     verdict = data["verdict"]
     fdr = data.get("fdr") or {}
     if verdict == "separated":
-        level = fdr.get("separation_confidence")
-        at = f" at {level:.1%} simultaneous confidence" if finite(level) else ""
+        level, nominal = fdr.get("separation_confidence"), data.get("confidence")
+        at = (
+            f", jointly at {nominal:.0%} confidence (each bound at {level:.1%})"
+            if finite(level) and finite(nominal)
+            else ""
+        )
         return (
             "separated: its effect is larger than that of every other part of the run it was "
             f"compared with{at} (neighbouring steps of small effect are compared by their "

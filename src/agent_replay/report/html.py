@@ -517,8 +517,8 @@ def _cost_fidelity(data: Mapping[str, Any]) -> str:
             "false discoveries",
             f"decisive steps by {fdr.get('method')} at q = {fdr.get('q')} on "
             f"{fdr.get('e_values') if fdr.get('method') == 'e-BH' else fdr.get('p_values')}; "
-            "the effect intervals are a separate, simultaneous statement, so a decisive "
-            "step's interval can still include 0",
+            "the effect intervals are a separate statement (each corrected for the search's "
+            "looks, not across steps), so a decisive step's interval can still include 0",
         ),
         ("point of commitment", data.get("poc_index")),
         ("confidence", data.get("confidence")),
