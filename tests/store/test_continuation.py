@@ -154,17 +154,40 @@ def test_a_session_changed_by_another_writer_is_merged_again(db_path):
 
         attempts = []
 
-        def write(items, delete):  # the first attempt loses a race, as ``stale`` did
+        def write(items, delete, expect):  # the first attempt loses a race, as ``stale`` did
             attempts.append(items)
             if len(attempts) == 1:
                 store.save_many([stale])
-            store.save_many(items, delete=delete)
+            store.save_many(items, delete=delete, expect=expect)
 
         save_merged(store, [third], write)
         assert isinstance(attempts[0][0], Continuation) and len(attempts) == 2
         assert isinstance(attempts[1][0], Trajectory)  # the retry merged the whole session
         loaded = store.load(CONV)
     assert [s.trace_id for s in loaded.steps] == [spans[0].trace_id for spans in TURNS[:3]]
+
+
+def test_a_whole_merge_is_not_written_over_what_another_writer_added(db_path):
+    """The retry merges the whole stored session; when another process adds a turn between
+    that read and the write, the write is refused and everything is merged again (two
+    processes appending to one conversation lost turns this way: 110 of 120 stored)."""
+    with CheckpointStore(db_path) as store, CheckpointStore(db_path) as other:
+        first, second, third, fourth = (assemble(TURNS[n])[0] for n in range(4))
+        store.save(first)
+        attempts = []
+
+        def write(items, delete, expect):
+            attempts.append(items)
+            if len(attempts) < 3:  # the other writer adds a turn after each read
+                added = second if len(attempts) == 1 else fourth
+                other.save_many([continue_session(other.load_end(CONV), added)])
+            store.save_many(items, delete=delete, expect=expect)
+
+        save_merged(store, [third], write)
+        assert len(attempts) == 3
+        loaded = store.load(CONV)
+    (expected,) = assemble([s for spans in TURNS[:4] for s in spans])
+    assert [facts(s) for s in loaded.steps] == [facts(s) for s in expected.steps]
 
 
 def test_capture_report_before_is_the_whole_chains_report():

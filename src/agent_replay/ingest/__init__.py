@@ -773,7 +773,9 @@ def _save_trajectories(
     save_merged(
         store,
         traced,
-        lambda items, delete: store.save_many([*items, *untraced], delete=delete),
+        lambda items, delete, expect: store.save_many(
+            [*items, *untraced], delete=delete, expect=expect
+        ),
         covered,
         replace_untraced=True,
         warnings=result.warnings,

@@ -354,6 +354,11 @@ def adopt(
     return out, gone
 
 
+MERGE_ATTEMPTS = 8
+"""How often :func:`save_merged` reads and merges again when other writers keep changing the
+sessions it merges with (each attempt is one transaction; the last failure is raised)."""
+
+
 def save_merged(
     store: CheckpointStore,
     trajectories: Sequence[Trajectory],
@@ -361,24 +366,38 @@ def save_merged(
     covered: Collection[tuple[str, str]] | None = None,
     **options: Any,
 ) -> None:
-    """``write(items, delete=...)`` (one transaction, as :meth:`CheckpointStore.save_many`)
-    ``trajectories``, assembled from the spans ``covered``: each takes over the sessions
-    stored under the id of one of its traces (:func:`adopt`; ``write`` deletes them) and is
-    merged with the stored session of its id (``options`` as in :func:`merged_with_stored`).
-    When another writer changed one of those sessions between reading and writing, merge
-    with the whole stored sessions and write again."""
+    """``write(items, delete=..., expect=...)`` (one transaction, as
+    :meth:`CheckpointStore.save_many`) ``trajectories``, assembled from the spans ``covered``:
+    each takes over the sessions stored under the id of one of its traces (:func:`adopt`;
+    ``write`` deletes them) and is merged with the stored session of its id (``options`` as in
+    :func:`merged_with_stored`). A session written whole is written only if it is still the
+    one that was read (``expect``), a continuation only if the stored end is (its own check):
+    when another writer (another process on the same store) changed one meanwhile, everything
+    is read and merged again, up to ``MERGE_ATTEMPTS`` times."""
 
     def attempt(follow: bool) -> None:
         taken, gone = adopt(store, trajectories, covered)
+        # read before merging: a write after this is caught, one before is merged (or, at
+        # worst, caught too and merged on the next attempt)
+        ids = {sid for t in taken for sid in (t.session_id, f"{t.session_id}.otel")}
+        read = {sid: store.digest_of(sid) for sid in ids}
         items = [
             merged_with_stored(store, t, follow=follow, covered=covered, **options) for t in taken
         ]
-        write(items, delete=gone)
+        expect = {
+            item.session_id: read[item.session_id]
+            for item in items
+            if isinstance(item, Trajectory) and item.session_id in read
+        }
+        write(items, delete=gone, expect=expect)
 
-    try:
-        attempt(follow=True)
-    except SessionChangedError:
-        attempt(follow=False)
+    for n in range(MERGE_ATTEMPTS):
+        try:
+            attempt(follow=n == 0)
+            return
+        except SessionChangedError:
+            if n == MERGE_ATTEMPTS - 1:
+                raise
 
 
 def _dumps(data: dict) -> bytes:

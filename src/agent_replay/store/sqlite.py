@@ -392,17 +392,44 @@ class CheckpointStore:
         *,
         replace: bool = True,
         delete: Mapping[str, str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
     ) -> None:
         """Store several trajectories in one transaction (all or nothing). A
         :class:`~agent_replay.model.Continuation` adds its steps to the stored session it
         continues; :class:`SessionChangedError` when that session changed meanwhile.
         ``delete`` maps sessions to forget in the same transaction to the digest they were
         read with (:class:`SessionChangedError` when one changed meanwhile): sessions whose
-        steps the new ones took over."""
+        steps the new ones took over. ``expect`` maps sessions to the digest they had when
+        they were read (``None``: absent); :class:`SessionChangedError` when one is no longer
+        so (a whole session merged with what was read, written while another writer added
+        to it, would drop what that writer added)."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save"), self._transaction() as conn:
+            self._check_read(conn, expect or {})
             self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=replace)
+
+    def digest_of(self, session_id: str) -> str | None:
+        """The stored session's digest (``None`` when there is none): what ``expect`` of
+        :meth:`save_many` checks."""
+        with self._sqlite_errors("read sessions"):
+            row = (
+                self._conn()
+                .execute("SELECT digest FROM sessions WHERE session_id=?", (session_id,))
+                .fetchone()
+            )
+        return None if row is None else row[0]
+
+    def _check_read(self, conn: sqlite3.Connection, expect: Mapping[str, str | None]) -> None:
+        for session_id, digest in expect.items():
+            row = conn.execute(
+                "SELECT digest FROM sessions WHERE session_id=?", (session_id,)
+            ).fetchone()
+            if (None if row is None else row[0]) != digest:
+                raise SessionChangedError(
+                    f"session {session_id!r} in {self.path} changed after it was read; "
+                    "read it again"
+                )
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -605,13 +632,15 @@ class CheckpointStore:
         logs: list[str],
         *,
         delete: Mapping[str, str] | None = None,
+        expect: Mapping[str, str | None] | None = None,
     ) -> None:
-        """Save ``trajectories`` (``delete`` as in :meth:`save_many`) and mark the span
+        """Save ``trajectories`` (``delete``, ``expect`` as in :meth:`save_many`) and mark the span
         ``(trace_id, span_id)`` and log-record ``digest`` rows they were built from as
         assembled, in one transaction (rows that arrived meanwhile stay waiting, so they are
         assembled next time)."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save assembled traces"), self._transaction() as conn:
+            self._check_read(conn, expect or {})
             self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=True)
             conn.executemany(
