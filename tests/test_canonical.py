@@ -223,3 +223,24 @@ def test_a_snapshot_is_detached_from_what_the_caller_keeps_changing():
     messages.append({"role": "assistant"})
     messages[0]["content"].append("edited")
     assert copy == {"messages": [{"role": "user", "content": ["hi"]}], "n": 1}
+
+
+def test_cycles_and_very_deep_nesting_are_encoding_errors_not_recursion_errors():
+    """A RecursionError escaped into the agent from ``ctx.tool`` (and, caught there, made
+    ``record`` complain about steps still running); it is a CanonicalEncodingError now."""
+    from agent_replay import record
+
+    cycle: list = []
+    cycle.append(cycle)
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    for value in (cycle, deep):
+        with pytest.raises(CanonicalEncodingError, match="contains itself or is nested"):
+            canonical.encode(value)
+
+        def agent(ctx, value=value):
+            return ctx.tool("t", produce=lambda: value)
+
+        with pytest.raises(CanonicalEncodingError, match="step 0"):
+            record(agent)

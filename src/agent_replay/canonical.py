@@ -107,17 +107,22 @@ def encode(value: Any, memo: Memo | None = None) -> bytes:
             pass
     try:
         prepared = _prepare(value)
+        text = _dumps(prepared)
     except CanonicalEncodingError as exc:
         raise CanonicalEncodingError(exc.bare_message, path=_locate(value)) from None
+    except RecursionError:  # a cycle, or nesting deeper than the interpreter's stack
+        raise CanonicalEncodingError(
+            "value contains itself or is nested too deeply to be stored", path="$"
+        ) from None
+    except ValueError as exc:  # Python's guard against converting huge ints to text
+        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
     try:
-        return _dumps(prepared).encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalEncodingError(
             "string is not valid Unicode (lone surrogate); it cannot be stored as UTF-8",
             path="$",
         ) from exc
-    except ValueError as exc:  # Python's guard against converting huge ints to text
-        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
 
 
 def encode_and_hash(value: Any, memo: Memo | None = None) -> tuple[bytes, str]:

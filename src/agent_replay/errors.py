@@ -107,8 +107,9 @@ class SideEffectBlockedError(AgentReplayError):
 class RecordedStepError(AgentReplayError):
     """Re-raised during replay when a held step had raised during recording.
 
-    Built-in exception types are re-raised as themselves; anything else arrives as this,
-    carrying ``type_name`` and the original message.
+    Built-in exception types are re-raised as themselves; a class the program has imported
+    as a subclass of it and of this (so ``except`` clauses catch it as they did); anything
+    else as this. ``type_name`` and the original message are always there.
     """
 
     def __init__(self, type_name: str, message: str) -> None:

@@ -154,3 +154,33 @@ def test_a_file_that_failed_is_not_counted_under_its_format(tmp_path, db_path):
     result = CliRunner().invoke(main, ["import", str(damaged), "--db", str(db_path)])
     assert result.exit_code == 1
     assert "from 0 of 1 files" in result.output and "[1 store]" not in result.output
+
+
+def test_a_lone_surrogate_in_a_span_name_is_escaped_not_fatal(tmp_path, db_path):
+    """OTLP/JSON can carry a lone surrogate (``\\ud800``) anywhere; in a span *name* it failed
+    the whole trace at assembly (the receiver acknowledged it and kept it waiting forever,
+    import printed a traceback). Every span is now made storable before it is mapped."""
+    trace = "5" * 32
+
+    def span(span_id, name, operation, parent=None):
+        attributes = [{"key": "gen_ai.operation.name", "value": {"stringValue": operation}}]
+        return {
+            "traceId": trace, "spanId": span_id, "name": name, "parentSpanId": parent or "",
+            "startTimeUnixNano": str(int(span_id[0])), "endTimeUnixNano": "10",
+            "attributes": attributes,
+        }  # fmt: skip
+
+    spans = [
+        span("1111111111111111", "invoke_agent a", "invoke_agent"),
+        span("2222222222222222", "chat \ud800", "chat", "1111111111111111"),
+        span("3333333333333333", "execute_tool t", "execute_tool", "1111111111111111"),
+    ]
+    document = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "s"}, "spans": spans}]}]}
+    path = tmp_path / "surrogate.json"
+    path.write_text(json.dumps(document))  # ensure_ascii: the surrogate travels as \ud800
+    result = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    with CheckpointStore(db_path) as store:
+        (session,) = store.session_ids()
+        names = [s.name for s in store.load(session).steps]
+    assert len(names) == 2 and any("\\ud800" in name for name in names)

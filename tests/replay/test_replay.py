@@ -401,3 +401,64 @@ def test_the_async_variants_take_plain_agents_too():
     assert traj.outcome.failed is False and traj.outcome.result == {"answer": "ok"}
     assert replayed.outcome.failed is False and replayed.result == {"answer": "ok"}
     assert child.outcome.failed is True and child.outcome.result == {"answer": "no"}
+
+
+def test_the_task_is_recorded_as_the_agent_was_called_with_it():
+    """An agent that appends to a list in its task changed the stored task, so a held
+    replay (called with the stored task) diverged at step 0."""
+
+    def agent(ctx, msgs):
+        reply = ctx.llm("chat", produce=lambda: "hello", messages=list(msgs))
+        msgs.append("mutated by the agent")
+        return reply
+
+    task = {"msgs": ["hi"]}
+    traj = record(agent, task, verifier=lambda r: r == "hello")
+    assert task == {"msgs": ["hi", "mutated by the agent"]}  # the caller's object is theirs
+    assert traj.task == {"msgs": ["hi"]}
+    again = replay(agent, traj, verifier=lambda r: r == "hello")
+    assert not again.diverged and again.outcome.failed is False
+
+
+class RateLimited(Exception):
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"retry after {retry_after}s")
+        self.retry_after = retry_after
+
+
+def test_a_held_step_raises_what_the_agent_caught_when_recording():
+    """A step whose produce raised the program's own exception is re-raised on replay as an
+    instance of that class (and of RecordedStepError), so the agent's ``except`` catches it
+    again; it arrived as a bare RecordedStepError and the held replay failed."""
+
+    def search():
+        raise RateLimited(2.0)
+
+    def agent(ctx):
+        try:
+            ctx.tool("search", produce=search)
+        except RateLimited:
+            return ctx.llm("answer", produce=lambda: "from memory")
+        return "searched"
+
+    traj = record(agent, verifier=lambda r: r == "from memory")
+    assert traj.outcome.failed is False and traj.steps[0].error["type"] == "RateLimited"
+    again = replay(agent, traj, verifier=lambda r: r == "from memory")
+    assert not again.diverged and again.outcome.failed is False
+
+
+def test_a_cancelled_async_step_is_cancelled_again_on_replay():
+    async def agent(ctx):
+        async def slow():
+            raise asyncio.CancelledError()
+
+        try:
+            await ctx.tool("c", produce=slow)
+        except asyncio.CancelledError:
+            note = "cancelled"
+        return await ctx.llm("after", produce=lambda: "ok", note=note)
+
+    traj = record(agent, verifier=lambda r: r == "ok")
+    assert traj.outcome.failed is False
+    again = replay(agent, traj, verifier=lambda r: r == "ok")
+    assert not again.diverged and again.outcome.failed is False

@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import random
+import sys
 import threading
 import time
 import uuid as _uuid
@@ -564,15 +565,59 @@ def exception_text(exc: BaseException) -> str:
 
 
 def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
-    """An exception like the recorded one: built-ins as themselves, others as RecordedStepError."""
-    if error.get("module") == "builtins":
-        cls = getattr(builtins, str(error.get("type")), None)
+    """An exception like the recorded one, so that the agent's ``except`` clauses catch it as
+    they did: built-ins as themselves; a class the running program has imported (a client's
+    ``RateLimitError``, ``asyncio.CancelledError``) as a subclass of it and of
+    :class:`RecordedStepError`, made without calling its ``__init__`` (its arguments are not
+    recorded: ``args`` holds the message, other attributes are missing); anything else as
+    :class:`RecordedStepError`."""
+    name, message = str(error.get("type")), str(error.get("message", ""))
+    module = str(error.get("module"))
+    if module == "builtins":
+        cls = getattr(builtins, name, None)
         if isinstance(cls, type) and issubclass(cls, Exception):
             try:
-                return cls(error.get("message", ""))
+                return cls(message)
             except Exception:
                 pass
-    return RecordedStepError(str(error.get("type")), str(error.get("message", "")))
+    replayed = _replayed_class(module, name)
+    if replayed is not None:
+        try:
+            exc = replayed.__new__(replayed, message)
+            exc.args = (message,)
+            exc.type_name = name
+            return exc
+        except Exception:
+            pass
+    return RecordedStepError(name, message)
+
+
+_REPLAYED: dict[tuple[str, str], type[BaseException] | None] = {}
+
+
+def _replayed_class(module: str, qualname: str) -> type[BaseException] | None:
+    """``module.qualname`` if already imported (nothing is imported to find it) and an
+    exception class, mixed with :class:`RecordedStepError`; ``None`` otherwise."""
+    key = (module, qualname)
+    if key not in _REPLAYED:
+        target: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            target = getattr(target, part, None)
+        made = None
+        if (
+            isinstance(target, type)
+            and issubclass(target, BaseException)
+            and target.__module__ != "builtins"
+        ):
+            try:
+                made = type(target.__name__, (target, RecordedStepError), {"__module__": module})
+                made.__qualname__ = qualname
+            except TypeError:  # layouts that cannot be combined
+                made = None
+        if len(_REPLAYED) < 1_000:
+            _REPLAYED[key] = made
+        return made
+    return _REPLAYED[key]
 
 
 def content_capture_enabled() -> bool:

@@ -23,7 +23,6 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -31,7 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..mapping.spans import NormalizedSpan, SpanEvent, from_readable_span
+from ..mapping.spans import NormalizedSpan, from_readable_span
 from ..store import CheckpointStore, open_store
 from ..store.sink import SpanSink
 from .context import (
@@ -84,59 +83,10 @@ def _normalize(spans: Sequence[ReadableSpan], errors: _ErrorLog) -> list[Normali
         if (scope is not None and scope.name == SCOPE_NAME) or _intercepted(span):
             continue  # native and intercepted runs are stored by Session / the interception
         try:
-            out.append(_storable(from_readable_span(span)))
+            out.append(from_readable_span(span))
         except Exception:
             errors.record()
     return out
-
-
-def _storable(span: NormalizedSpan) -> NormalizedSpan:
-    """``span`` with text that cannot be stored as UTF-8 (lone surrogates, which any SDK user
-    can put in an attribute) escaped, so one such span cannot fail a whole batch."""
-    if not (
-        _has_bad_text(span.attributes)
-        or _has_bad_text(span.name)
-        or _has_bad_text(span.status_message)
-        or _has_bad_text(span.resource)
-        or any(_has_bad_text(e.name) or _has_bad_text(e.attributes) for e in span.events)
-    ):
-        return span  # the usual case: nothing is copied
-    return replace(
-        span,
-        name=_clean(span.name),
-        status_message=_clean(span.status_message),
-        attributes=_clean(span.attributes),
-        events=tuple(
-            SpanEvent(_clean(e.name), e.time_ns, _clean(e.attributes)) for e in span.events
-        ),
-        resource=_clean(span.resource),
-    )
-
-
-def _has_bad_text(value: Any) -> bool:
-    if isinstance(value, str):
-        if value.isascii():
-            return False
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_bad_text(v) for v in value)
-    return False
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 class TrajectorySpanProcessor(SpanProcessor):

@@ -120,6 +120,16 @@ class Recorder:
         return value
 
 
+def _as_called(task: Any) -> Any:
+    """The task as the agent was called with it: an agent that appends to a list it was given
+    must not change the recording (a held replay calls it with the recorded task). A task
+    that cannot be stored is kept as it is, for :func:`_finish` to name."""
+    try:
+        return snapshot(task)
+    except CanonicalEncodingError:
+        return task
+
+
 def _prepare(
     task: Any,
     session_id: str | None,
@@ -212,11 +222,12 @@ def record(
                 pass_context=pass_context,
             )
         )
+    recorded_task = _as_called(task)
     recorder, ctx = _prepare(task, session_id, seed, tracer_provider, capture_content, AgentContext)
     result, error = run_agent(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )
-    return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)
+    return _finish(recorder, ctx, recorded_task, seed, verifier, result, error, metadata)
 
 
 async def arecord(
@@ -245,10 +256,11 @@ async def arecord(
             capture_content=capture_content,
             pass_context=pass_context,
         )
+    recorded_task = _as_called(task)
     recorder, ctx = _prepare(
         task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
     )
     result, error = await arun_agent(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )
-    return _finish(recorder, ctx, task, seed, verifier, result, error, metadata)
+    return _finish(recorder, ctx, recorded_task, seed, verifier, result, error, metadata)

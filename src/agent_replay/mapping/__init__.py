@@ -32,7 +32,7 @@ from .messages import (
     requested_tool_calls,
     tool_message,
 )
-from .spans import LogEvent, NormalizedSpan, SpanEvent
+from .spans import LogEvent, NormalizedSpan, SpanEvent, storable
 
 __all__ = [
     "ABANDONED_NOTE",
@@ -220,7 +220,9 @@ def llm_inputs(
 
 
 def map_span(span: NormalizedSpan) -> MappedSpan:
-    """Everything every dialect reads from ``span``. Never raises."""
+    """Everything every dialect reads from ``span`` (made :func:`storable` first). Never
+    raises."""
+    span = storable(span)
     mapped = MappedSpan(span=span)
     for name, dialect in DIALECTS:
         try:

@@ -23,6 +23,7 @@ __all__ = [
     "plain_value",
     "span_from_dict",
     "span_to_dict",
+    "storable",
 ]
 
 
@@ -312,3 +313,53 @@ def log_from_dict(data: Mapping[str, Any]) -> LogEvent:
         trace_id=data.get("t", ""),
         span_id=data.get("s", ""),
     )
+
+
+def storable(span: NormalizedSpan) -> NormalizedSpan:
+    """``span`` with text that cannot be stored as UTF-8 (lone surrogates: any SDK user can put
+    one in an attribute or a span name, and OTLP/JSON can carry one as ``\\ud800``) escaped,
+    so one such span cannot fail a whole trace or batch. Every span is mapped through this."""
+    if not (
+        _has_bad_text(span.attributes)
+        or _has_bad_text(span.name)
+        or _has_bad_text(span.status_message)
+        or _has_bad_text(span.resource)
+        or any(_has_bad_text(e.name) or _has_bad_text(e.attributes) for e in span.events)
+    ):
+        return span  # the usual case: nothing is copied
+    return replace(
+        span,
+        name=_clean(span.name),
+        status_message=_clean(span.status_message),
+        attributes=_clean(span.attributes),
+        events=tuple(
+            SpanEvent(_clean(e.name), e.time_ns, _clean(e.attributes)) for e in span.events
+        ),
+        resource=_clean(span.resource),
+    )
+
+
+def _has_bad_text(value: Any) -> bool:
+    if isinstance(value, str):
+        if value.isascii():
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_bad_text(v) for v in value)
+    return False
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
