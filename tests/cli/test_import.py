@@ -184,3 +184,13 @@ def test_a_lone_surrogate_in_a_span_name_is_escaped_not_fatal(tmp_path, db_path)
         (session,) = store.session_ids()
         names = [s.name for s in store.load(session).steps]
     assert len(names) == 2 and any("\\ud800" in name for name in names)
+
+
+def test_json_with_a_byte_order_mark_is_read_as_json(tmp_path, db_path):
+    """Files saved by Windows tools start with a UTF-8 BOM; it was taken for protobuf."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + (FIXTURES / "generated" / "otel_span_only.jsonl").read_bytes()
+    )
+    result = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path)])
+    assert result.exit_code == 0 and "[1 otlp-json]" in result.output, result.output

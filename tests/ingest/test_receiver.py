@@ -366,6 +366,35 @@ def test_a_refused_request_does_not_spoil_its_kept_alive_connection(served, db_p
     session.close()
 
 
+@pytest.mark.parametrize(
+    "framing",
+    [
+        ["Content-Length: 2", "Content-Length: {n}"],  # two lengths that disagree
+        ["Transfer-Encoding: chunked", "Content-Length: {n}"],  # both framings at once
+    ],
+    ids=["two-lengths", "chunked-and-length"],
+)
+def test_ambiguous_body_framing_is_refused_and_the_connection_closed(served, framing):
+    """RFC 9112 6.3: where such a body ends is ambiguous (a request-smuggling pattern behind
+    a proxy that reads it the other way): 400 and the connection closed, nothing stored."""
+    collector, _store = served()
+    body = otlp_json_request()
+    head = "\r\n".join(line.format(n=len(body)) for line in framing)
+    request = (
+        f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}\r\n\r\n"
+    ).encode() + body
+    conn = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
+    reader = conn.makefile("rb")
+    conn.sendall(request)
+    reply = read_response(reader)
+    assert b" 400 " in reply.split(b"\r\n", 1)[0] and b"Connection: close" in reply
+    assert reader.read(1) == b""
+    reader.close()
+    conn.close()
+    assert collector.receiver.snapshot()["spans_received"] == 0
+    assert post(collector, body, "application/json").status_code == 200  # still serving
+
+
 def test_otlp_json_posted_to_the_other_signals_path_is_refused(served):
     collector, _ = served()
     traces = post(collector, otlp_json_request(), "application/json", path="/v1/logs")

@@ -54,6 +54,31 @@ def test_a_trace_that_never_writes_is_dropped_after_a_few_attempts(db_path, monk
         assert sink.flush() == 0  # nothing left to try
 
 
+def test_a_store_gone_for_good_logs_one_line_a_minute_not_one_per_trace(
+    db_path, monkeypatch, caplog
+):
+    """A deleted or full store drops every trace after it; capture.md promises at most one
+    summary line a minute (it was one error line per trace: 800 for 800 traces)."""
+    with CheckpointStore(db_path) as store:
+        monkeypatch.setattr(store, "save_many", failing(store, 10_000))
+        sink = SpanSink(store)
+        for turn in TURNS:
+            sink.add(turn)
+            for _ in range(SpanSink.MAX_ATTEMPTS):
+                with pytest.raises(StoreError):
+                    sink.flush()
+        assert sink.dropped_traces == len(TURNS) > 2
+        drops = [r for r in caplog.records if "dropping trace" in r.getMessage()]
+        assert len(drops) == 1
+        sink._drop_logged_at -= SpanSink.DROP_LOG_SECONDS  # a minute later
+        sink.add(TURNS[0])
+        for _ in range(SpanSink.MAX_ATTEMPTS):
+            with pytest.raises(StoreError):
+                sink.flush()
+    drops = [r for r in caplog.records if "dropping trace" in r.getMessage()]
+    assert len(drops) == 2 and f"{len(TURNS) - 1} more dropped since" in drops[1].getMessage()
+
+
 def test_a_trace_that_cannot_be_assembled_holds_up_no_other(db_path, caplog):
     """A stored row that cannot be read (a damaged disk page, say) fails its trace alone: the
     other traces of the batch are assembled, the bad one waits and is tried a few times."""

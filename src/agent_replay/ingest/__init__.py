@@ -26,6 +26,7 @@ The functions here hold no shared state and may run in several threads at once.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import logging
@@ -208,7 +209,7 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
         return fmt, [("", data)]
     if _framed(data):
         return _framed_format(data[4 : 4 + int.from_bytes(data[:4], "big")]), None
-    head = data[:4096].lstrip()
+    head = data[:4096].removeprefix(codecs.BOM_UTF8).lstrip()  # JSON saved by Windows tools
     if not head:
         raise ImportFormatError("empty input", source=name)
     if head[:1] not in (b"{", b"["):
@@ -529,7 +530,7 @@ def _json_lines_blocks(
         return None
     try:
         with _opened(source, codec) as handle:
-            head = handle.read(4096).lstrip()
+            head = handle.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
             if head[:1] != b"{" or not any(k in head.split(b"\n", 1)[0] for k in _OTLP_KEYS):
                 return None  # not OTLP/JSON Lines (a binary file has no line to read)
             first = head + handle.readline(_FIRST_LINE_BYTES)  # one export request

@@ -55,6 +55,7 @@ class SpanSink:
     again by the next flush, up to ``MAX_ATTEMPTS`` times."""
 
     MAX_ATTEMPTS = 3
+    DROP_LOG_SECONDS = 60.0
 
     def __init__(
         self,
@@ -79,6 +80,8 @@ class SpanSink:
         self.sessions_written = 0
         self.spans_seen = 0
         self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
+        self._drop_logged_at = -self.DROP_LOG_SECONDS
+        self._drops_unlogged = 0
         self._attempts: dict[str, int] = {}
         # trace id -> spans of it lost before they reached the sink (a full capture queue):
         # the trace's capture report says so when it is written
@@ -150,6 +153,27 @@ class SpanSink:
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
+    def _log_drop(self, trace_id: str, spans: int, failures: int) -> None:
+        """One error line per ``DROP_LOG_SECONDS`` at most (a store gone for good drops every
+        trace after it), counting the drops not logged since."""
+        now = time.monotonic()
+        if now - self._drop_logged_at < self.DROP_LOG_SECONDS:
+            self._drops_unlogged += 1
+            return
+        since = (
+            f"; {self._drops_unlogged} more dropped since the last message"
+            if self._drops_unlogged
+            else ""
+        )
+        _log.error(
+            "agent-replay: dropping trace %s (%d spans) after %d failed writes%s",
+            trace_id,
+            spans,
+            failures,
+            since,
+        )
+        self._drop_logged_at, self._drops_unlogged = now, 0
+
     def _put_back(self, traces: dict[str, dict[str, NormalizedSpan]]) -> None:
         """Traces whose write failed (a locked or full disk) wait for the next flush, up to
         ``MAX_ATTEMPTS`` writes each; then they are dropped, and logged."""
@@ -161,12 +185,7 @@ class SpanSink:
             if failures >= self.MAX_ATTEMPTS:
                 del self._attempts[trace_id]
                 self.dropped_traces += 1
-                _log.error(
-                    "agent-replay: dropping trace %s (%d spans) after %d failed writes",
-                    trace_id,
-                    len(trace),
-                    failures,
-                )
+                self._log_drop(trace_id, len(trace), failures)
                 continue
             trace.update(self._pending.get(trace_id, {}))
             self._pending[trace_id] = trace

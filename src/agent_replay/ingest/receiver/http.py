@@ -121,7 +121,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error.http_status, body, "application/x-protobuf", headers)
 
     def _read_body(self, limit: int) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        if len(lengths) > 1 or (chunked and lengths):
+            # where the body ends is ambiguous (RFC 9112 6.3; a request-smuggling pattern
+            # behind a proxy that reads it the other way): refused, connection closed
+            self.close_connection = True
+            raise BadRequest("conflicting Content-Length / Transfer-Encoding headers")
+        if chunked:
             return self._read_chunked(limit)
         length_header = self.headers.get("Content-Length")
         if length_header is None:
