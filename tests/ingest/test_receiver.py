@@ -685,3 +685,14 @@ def test_collect_refuses_bad_and_taken_addresses_with_a_message(db_path):
             assert result.exception is None or isinstance(result.exception, SystemExit)
     finally:
         taken.close()
+
+
+def test_oversize_headers_get_a_json_status_not_an_html_page(served):
+    """The standard library answers oversize headers (431) itself; the body is a JSON Status
+    like every other error of the receiver, and the receiver keeps serving."""
+    collector, _store = served()
+    reply = post(collector, b"{}", "application/json", **{"X-Big": "x" * 70_000})
+    assert reply.status_code == 431
+    assert reply.headers["Content-Type"] == "application/json"
+    assert reply.json()["code"] == 3 and "431" in reply.json()["message"]
+    assert post(collector, b"{}", "application/json").status_code == 200

@@ -74,6 +74,11 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "agent-replay"
     timeout = 30  # an idle keep-alive connection is closed after this (seconds)
     server: OTLPHTTPServer
+    # what the standard library answers itself (a malformed request line, 431 for oversize
+    # headers, 501 for an unknown method) is a JSON Status like every other error, not an
+    # HTML page (send_error HTML-escapes both fields, so no quote can break the JSON)
+    error_content_type = "application/json"
+    error_message_format = '{"code": 3, "message": "%(code)d %(message)s: %(explain)s"}'
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
