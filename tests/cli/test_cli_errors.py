@@ -16,26 +16,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent_replay import CheckpointStore, record
+from agent_replay import CheckpointStore
 from agent_replay.cli import main
-from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
+from agent_replay.demo.agent import refund_approved, support_agent
 
 AGENT = "agent_replay.demo.agent:support_agent"
 VERIFIER = "agent_replay.demo.agent:refund_approved"
 FIXTURES = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = FIXTURES / "fixtures"
-
-
-@pytest.fixture
-def demo_db(tmp_path):
-    db = tmp_path / "runs.sqlite"
-    with CheckpointStore(db) as store:
-        store.save(
-            record(
-                support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved, session_id="s1"
-            )
-        )
-    return db
 
 
 @pytest.fixture
@@ -174,7 +162,7 @@ def test_strict_import_fails_when_nothing_usable_was_in_the_file(tmp_path):
 
 def test_native_sessions_copied_from_another_store_count_as_replayable(demo_db, tmp_path):
     result = run("import", demo_db, "--db", tmp_path / "copy.sqlite")
-    assert result.exit_code == 0 and "1 of 1 fully replayable" in result.output
+    assert result.exit_code == 0 and "2 of 2 fully replayable" in result.output
 
 
 def test_show_fits_the_terminal(demo_db):

@@ -7,7 +7,6 @@ import json
 import socket
 import textwrap
 
-import pytest
 from click.testing import CliRunner
 
 from agent_replay import CheckpointStore, record
@@ -19,21 +18,6 @@ from surface_helpers import Receiver, assert_valid_report
 
 AGENT = "agent_replay.demo.agent:support_agent"
 VERIFIER = "agent_replay.demo.agent:refund_approved"
-
-
-@pytest.fixture
-def demo_db(tmp_path):
-    db = tmp_path / "runs.sqlite"
-    with CheckpointStore(db) as store:
-        store.save(
-            record(
-                support_agent, DEMO_TASK, seed=DEMO_SEED, verifier=refund_approved, session_id="s1"
-            )
-        )
-        store.save(
-            record(support_agent, DEMO_TASK, seed=0, verifier=refund_approved, session_id="ok")
-        )
-    return db
 
 
 def run(*args):
