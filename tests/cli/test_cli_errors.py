@@ -237,3 +237,13 @@ def test_a_report_without_the_runs_steps_says_where_to_get_them(demo_db, tmp_pat
     assert result.exit_code == 0 and "pass --db" in result.output
     with_db = CliRunner().invoke(main, ["report", "--json", str(bare), "--db", str(demo_db)])
     assert with_db.exit_code == 0 and "pass --db" not in with_db.output
+
+
+def test_drift_writes_its_html(demo_db, tmp_path):
+    out = tmp_path / "drift.html"
+    result = run(
+        "drift", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER,
+        "--rollouts", "4", "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in result.output and "<svg" in out.read_text()

@@ -133,7 +133,7 @@ def drift_command(
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
     if out_path:
-        write_text(out_path, result.html())
+        write_text(out_path, result.render_html())
     if as_json:
         echo_json(result.to_dict())
         return
