@@ -97,3 +97,100 @@ def test_console_refuses_a_foreign_file(tmp_path, bad):
     path.write_text(bad or "x")
     with pytest.raises(StoreError):
         Console(path)
+
+
+def test_diff_page_pairs_steps_as_diff_does(tmp_path):
+    """Run B has an extra step at position 1: the page showed B's steps shifted against A's
+    (and never B's last one); it now pairs them by operation, as ``diff`` does."""
+    from agent_replay import CheckpointStore, record
+    from agent_replay.console.app import Console
+
+    def agent(ctx, extra=False):
+        ctx.llm("plan", produce=lambda: "P", q=1)
+        if extra:
+            ctx.tool("lookup", produce=lambda: "L", q=2)
+        ctx.tool("search", produce=lambda: "S", q=3)
+        return ctx.llm("write", produce=lambda: "W", q=4)
+
+    db = tmp_path / "d.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(record(agent, {"extra": False}, session_id="A"))
+        store.save(record(agent, {"extra": True}, session_id="B"))
+    with Console(db) as console:
+        page = console.handle("GET", "/diff?a=A&b=B").body.decode()
+    page = re.sub(r"<details>.*?</details>", "", page, flags=re.S)
+    rows = [
+        [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", c)).split()) for c in cells]
+        for cells in (
+            re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
+            for row in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)
+        )
+        if cells
+    ]
+    labels = [(row[0], row[1], row[2]) for row in rows]
+    assert labels == [
+        ("0", "llm:plan", "llm:plan"),
+        ("1", "—", "tool:lookup"),
+        ("1/2", "tool:search", "tool:search"),
+        ("2/3", "llm:write", "llm:write"),
+    ]
+
+
+def test_graph_of_a_fork_chain_deeper_than_the_recursion_limit(tmp_path):
+    """Each branch forked from the last: /graph walked the chain recursively and answered 500
+    past Python's recursion limit (about 1,000 levels)."""
+    import dataclasses
+    import sys
+
+    from agent_replay import CheckpointStore, Lineage, record
+    from agent_replay.console.app import Console
+
+    traj = record(lambda ctx: ctx.llm("s", produce=lambda: 1), session_id="root")
+    depth = sys.getrecursionlimit() + 100
+    db = tmp_path / "deep.sqlite"
+    with CheckpointStore(db) as store:
+        parent = "root"
+        chain = [traj]
+        for i in range(depth):
+            lineage = Lineage(parent, 0, {"do": i})
+            chain.append(dataclasses.replace(traj, session_id=f"f{i}", lineage=lineage))
+            parent = f"f{i}"
+        store.save_many(chain)
+    with Console(db) as console:
+        response = console.handle("GET", "/graph")
+    assert response.status == 200
+    assert f"f{depth - 1}" in response.body.decode()
+
+
+def test_a_report_that_does_not_validate_is_listed_as_unreadable_not_rendered(tmp_path):
+    """A hand-made or older report in the reports folder answered 500 (or rendered without
+    the version check ``agent-replay report`` makes); now 422 with that check's message."""
+    import json
+
+    from agent_replay import CheckpointStore, attribute, record
+    from agent_replay.console.app import Console
+
+    db = tmp_path / "d.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(record(lambda ctx: ctx.llm("s", produce=lambda: 1), session_id="A"))
+    folder = tmp_path / "d.sqlite.reports"
+    folder.mkdir()
+    minimal = {"session_id": "A", "verdict": "likely", "culprit_index": 1, "n_steps": 3}
+    (folder / "old.json").write_text(json.dumps(minimal))
+    with Console(db) as console:
+        listing = console.handle("GET", "/reports").body.decode()
+        page = console.handle("GET", "/report?file=old.json")
+        home = console.handle("GET", "/").body.decode()
+    assert "unreadable" in listing
+    assert page.status == 422 and "schema_version" in page.body.decode()
+    assert "<td>yes</td>" not in home  # the session is not marked attributed
+
+    def agent(ctx):
+        return ctx.llm("s", produce=lambda: 1)
+
+    with CheckpointStore(db) as store:
+        result = attribute(store.load("A"), agent, lambda r: 0.0, rollouts=8)
+    result.to_json(folder / "good.json")
+    with Console(db) as console:
+        assert "<td>yes</td>" in console.handle("GET", "/").body.decode()
+        assert console.handle("GET", "/report?file=good.json").status == 200

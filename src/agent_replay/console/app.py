@@ -32,6 +32,7 @@ from ..model import Trajectory
 from ..report._data import clip, trajectory_section
 from ..report.html import CSS as REPORT_CSS
 from ..report.html import h, pretty, render_html
+from ..report.schema import ReportSchemaError, validate_report
 from ..store import CheckpointStore, SessionSummary
 
 __all__ = ["CSP", "Console", "Response", "reports_dir_for"]
@@ -207,7 +208,9 @@ class Console:
         return self._read(self.store.load, session_id)
 
     def reports(self) -> list[dict[str, Any]]:
-        """The readable JSON reports in :attr:`reports_dir`, newest first."""
+        """The JSON reports in :attr:`reports_dir`, newest first; ``error`` says why one that
+        looks like a report does not validate (as ``agent-replay report`` checks it: an
+        older schema, a hand-made file), so it is listed but not rendered."""
         out = []
         if not self.reports_dir.is_dir():
             return out
@@ -218,7 +221,14 @@ class Console:
                     continue
             except (OSError, ValueError):
                 continue
-            out.append({"file": path.name, "mtime": path.stat().st_mtime, "data": data})
+            try:
+                validate_report(data)
+                error = None
+            except ReportSchemaError as exc:
+                error = str(exc)
+            out.append(
+                {"file": path.name, "mtime": path.stat().st_mtime, "data": data, "error": error}
+            )
         return sorted(out, key=lambda r: -r["mtime"])
 
     # -- pages ----------------------------------------------------------------------------
@@ -236,7 +246,7 @@ class Console:
             rows = [r for r in rows if r.outcome == outcome]
         if source:
             rows = [r for r in rows if r.source == source]
-        attributed = {r["data"]["session_id"] for r in self.reports()}
+        attributed = {r["data"]["session_id"] for r in self.reports() if r["error"] is None}
 
         def options(values: Iterable[str], chosen: str, empty: str) -> str:
             return f'<option value="">{h(empty)}</option>' + "".join(
@@ -418,14 +428,19 @@ class Console:
             roots = [s for s in children.get(None, []) if children.get(s)]
         placed: list[tuple[str, int, int]] = []  # (session, depth, row)
 
-        def walk(node: str, depth: int, seen: frozenset[str]) -> None:
-            placed.append((node, depth, len(placed)))
-            for child in children.get(node, []):
-                if child not in seen:  # a corrupt store could hold a cycle
-                    walk(child, depth + 1, seen | {child})
-
+        # depth first, parents before children, with a stack (a chain of forks can be deeper
+        # than Python's recursion limit); each session is placed once (a corrupt store could
+        # hold a cycle)
+        seen: set[str] = set()
         for root in roots:
-            walk(root, 0, frozenset({root}))
+            stack = [(root, 0)]
+            while stack:
+                node, depth = stack.pop()
+                if node in seen:
+                    continue
+                seen.add(node)
+                placed.append((node, depth, len(placed)))
+                stack.extend((child, depth + 1) for child in reversed(children.get(node, [])))
         interventions = {}
         for node, depth, _ in placed:
             if depth:
@@ -502,7 +517,7 @@ class Console:
         reports = self.reports()
         rows = "".join(
             f'<tr><td><a href="{url("/report", file=r["file"])}">{h(clip(r["data"]["session_id"], 50))}</a></td>'
-            f"<td>{h(r['data']['verdict'])}</td>"
+            f"<td>{h(r['data']['verdict'] if r['error'] is None else 'unreadable: ' + clip(r['error'], 80))}</td>"
             f"<td>{h('-' if r['data'].get('culprit_index') is None else str(r['data']['culprit_index']) + ' · ' + str(r['data'].get('culprit_label')))}</td>"
             f"<td>{h(r['data'].get('culprit_agent') or '-')}</td>"
             f'<td class="sub">{h(time.strftime("%Y-%m-%d %H:%M", time.localtime(r["mtime"])))}</td></tr>'
@@ -524,6 +539,12 @@ class Console:
         if match is None:  # only names listed from the folder: no path tricks
             raise HttpError(
                 404, "No such report", f"No report named {name!r} in {self.reports_dir}."
+            )
+        if match["error"] is not None:
+            raise HttpError(
+                422,
+                "Report not readable",
+                f"{name}: {match['error']} (agent-replay report refuses it too)",
             )
         data = dict(match["data"])
         if "trajectory" not in data:
@@ -567,8 +588,11 @@ class Console:
         )
         rows = []
         for s in d.steps:
-            sa = a.steps[s.index] if s.index < len(a.steps) else None
-            sb = b.steps[s.index] if s.index < len(b.steps) else None
+            # steps are paired by operation: a step only one run has is on its own row, and
+            # the positions of a pair can differ (``index`` in a, ``index_b`` in b)
+            sa = a.steps[s.index] if s.a is not None else None
+            sb = b.steps[s.index_b] if s.b is not None and s.index_b is not None else None
+            where = str(s.index) if s.index_b in (s.index, None) else f"{s.index}/{s.index_b}"
             klass = ' class="changed"' if s.changes else ""
 
             def cell(step: Any, klass: str = klass) -> str:
@@ -581,7 +605,7 @@ class Console:
                 )
 
             rows.append(
-                f'<tr><td class="num">{h(s.index)}</td>{cell(sa)}{cell(sb)}<td>{h(", ".join(s.changes) or "same")}</td></tr>'
+                f'<tr><td class="num">{h(where)}</td>{cell(sa)}{cell(sb)}<td>{h(", ".join(s.changes) or "same")}</td></tr>'
             )
 
         def outcome(data: Mapping[str, Any] | None) -> str:
