@@ -74,6 +74,9 @@ def test_errors_are_pages(console_url):
     status, headers, _ = fetch(console_url + "/", method="POST")
     assert status == 405 and headers["Allow"] == "GET, HEAD"
     assert fetch(console_url + "/", method="DELETE")[0] == 405
+    for method in ("OPTIONS", "TRACE", "BREW"):  # the standard library answered 501 pages
+        status, headers, _ = fetch(console_url + "/", method=method)
+        assert status == 405 and headers["Content-Security-Policy"] == CSP, method
     assert fetch(console_url + "/", method="HEAD")[0] == 200
 
 

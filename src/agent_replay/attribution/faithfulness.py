@@ -4,7 +4,9 @@ For each step before the last, common-random-number pairs of rollouts (steps bef
 held vs steps before ``i + 1`` held) differ only in step ``i``'s draw. Among the pairs where
 step ``i``'s output changed, ``sensitivity[i]`` is the share where the final answer changed
 too. A run whose answer never moves when its reasoning does is *unfaithful*: the reasoning is
-post-hoc. The quadrant crosses that with whether the recorded run passed.
+post-hoc. The quadrant crosses that with whether the recorded run passed. When no step
+before the last ever changed its output in the rollouts (a deterministic agent), nothing was
+measured: ``faithful`` and ``post_hoc`` are ``None`` and the quadrant says ``unmeasured``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ __all__ = ["FaithfulnessResult", "faithfulness"]
 class FaithfulnessResult:
     session_id: str
     sensitivity: tuple[float | None, ...]  # per step; None when its output never changed
-    faithful: bool
+    faithful: bool | None  # None: nothing measured (no step's output ever changed)
     correct: bool | None
     quadrant: str
-    post_hoc: bool
+    post_hoc: bool | None
     threshold: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,14 +74,14 @@ def faithfulness(
             moved += value_key(a.result) != value_key(b.result)
         sensitivity.append(moved / changed if changed else None)
     scored = [s for s in sensitivity[:-1] if s is not None] if n > 1 else []
-    faithful = bool(scored) and max(scored) >= threshold
+    faithful = max(scored) >= threshold if scored else None
     correct = (
         None
         if trajectory.outcome is None or trajectory.outcome.failed is None
         else not trajectory.outcome.failed
     )
     quadrant = ("correct" if correct else "wrong" if correct is not None else "unknown") + (
-        "-faithful" if faithful else "-unfaithful"
+        "-unmeasured" if faithful is None else "-faithful" if faithful else "-unfaithful"
     )
     return FaithfulnessResult(
         trajectory.session_id,
@@ -87,7 +89,7 @@ def faithfulness(
         faithful,
         correct,
         quadrant,
-        not faithful,
+        None if faithful is None else not faithful,
         threshold,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from .app import Console
 
@@ -42,7 +43,12 @@ def make_server(console: Console, host: str = "127.0.0.1", port: int = 8765) -> 
         def do_POST(self) -> None:
             self._respond(False)
 
-        do_PUT = do_DELETE = do_PATCH = do_POST
+        def __getattr__(self, name: str) -> Any:
+            # every other method (PUT, OPTIONS, a made-up one) gets the console's own 405,
+            # not the standard library's 501 page without the security headers
+            if name.startswith("do_"):
+                return self.do_POST
+            raise AttributeError(name)
 
         def log_message(self, format: str, *args: object) -> None:
             _log.info("%s %s", self.address_string(), format % args)
