@@ -60,6 +60,8 @@ def minimum_rollouts(p_fail_max: float, confidence: float = 0.95) -> int:
     ``1 - (1 - confidence) ** (1 / n)``, which must not exceed ``p_fail_max``."""
     if not 0 < p_fail_max < 1:
         raise ValueError("p_fail_max must be in (0, 1)")
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be in (0, 1)")
     return math.ceil(math.log(1 - confidence) / math.log(1 - p_fail_max) - 1e-9)
 
 
@@ -117,11 +119,19 @@ def assert_agent_passes(
     )
     if result.passed:
         return result
+    shown = ", ".join(map(str, failing[:10])) + (", ..." if len(failing) > 10 else "")
     lines = [
-        f"agent-replay gate: {failures} of {rollouts} runs failed ({result.failure_rate:.1%}); "
-        f"the failure rate's {confidence:.0%} upper bound {upper:.1%} exceeds the budget "
-        f"{p_fail_max:.1%}"
+        f"agent-replay gate: {failures} of {rollouts} runs failed ({result.failure_rate:.1%}; "
+        f"seeds {shown}); the failure rate's {confidence:.0%} upper bound {upper:.1%} exceeds "
+        f"the budget {p_fail_max:.1%}"
     ]
+    if result.failure_rate < p_fail_max:
+        lines.append(
+            f"the observed rate is within the budget but {rollouts} runs cannot show it (with "
+            f"the fewest runs that can pass, {needed}, one failure fails the gate): pass "
+            "rollouts= to run more (an agent failing 1% of the time against a 5% budget "
+            "passes 300 runs 99.6% of the time, 59 runs 55%)"
+        )
     attribution = explanation = None
     written = None
     if first_failure is not None:

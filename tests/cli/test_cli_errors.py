@@ -247,3 +247,12 @@ def test_drift_writes_its_html(demo_db, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert f"wrote {out}" in result.output and "<svg" in out.read_text()
+
+
+def test_an_export_url_without_its_scheme_is_refused_before_the_work(demo_db):
+    result = run(
+        "attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT,
+        "--verifier", VERIFIER, "--no-save", "--export-otlp", "127.0.0.1:4318",
+    )  # fmt: skip
+    assert result.exit_code == 2 and "http://127.0.0.1:4318" in result.output
+    assert "CULPRIT" not in result.output

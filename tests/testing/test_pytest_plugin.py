@@ -91,3 +91,25 @@ def test_gate_failure_carries_the_evidence():
     assert gate.upper_bound == pytest.approx(cp_upper(gate.failures, gate.rollouts, 0.05))
     assert gate.attribution is not None and gate.attribution.culprit_index == 0
     assert isinstance(info.value, AssertionError)
+
+
+def test_a_rate_within_budget_without_the_runs_to_show_it_says_to_run_more():
+    """An agent failing rarely fails the default gate on its first failure; the message says
+    the rate is within the budget, names the failing seeds and how to get the evidence."""
+
+    def agent(ctx):
+        return ctx.llm("coin", produce=lambda: ctx.rng.random() < 0.99)
+
+    with pytest.raises(AgentGateFailure) as info:
+        for seed in range(0, 2000, 59):  # some window of 59 runs holds a failure
+            assert_agent_passes(agent, None, float, seed=seed, repair=False)
+    gate, message = info.value.result, str(info.value)
+    assert 1 <= gate.failures and gate.failure_rate < gate.p_fail_max
+    assert f"seeds {gate.failing_seeds[0]}" in message
+    assert "within the budget" in message and "rollouts=" in message
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0])
+def test_a_confidence_outside_the_open_interval_is_a_value_error(confidence):
+    with pytest.raises(ValueError, match="confidence must be in"):
+        assert_agent_passes(lambda ctx: None, None, lambda r: 1.0, confidence=confidence)

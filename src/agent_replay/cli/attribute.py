@@ -211,6 +211,11 @@ def attribute_command(
             "with it (a function returning a score in [0, 1], 1 = success)"
         )
     verifier = load_entrypoint(verifier_spec, "--verifier")
+    if otlp_url is not None and not otlp_url.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            f"{otlp_url!r}: give the URL with its scheme, e.g. http://{otlp_url}",
+            param_hint="--export-otlp",
+        )
     if no_save and reports_dir is not None:
         raise click.UsageError(
             "--reports-dir names where to save the report; --no-save says not to"
