@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agent_replay import attribute, replayable_agent
+from agent_replay import PolicyError, attribute, replayable_agent
 from agent_replay.ingest import load
 from agent_replay.model import StepKind, Trajectory
 from agent_replay.replay.policies import OpenAIChatPolicy, ResampleRequest, ScriptedPolicy
@@ -182,7 +182,9 @@ def counterfactual(
         verifier = answer_verifier(truth)
         try:
             result = attribute(run, agent, verifier, budget=budget, rollouts=64)
-        except Exception as exc:  # a run the surrogate cannot make fail, an endpoint error
+        except PolicyError as exc:  # the endpoint failed: no table is a result then
+            sys.exit(f"{run.session_id}: the resample policy failed, stopping: {exc}")
+        except Exception as exc:  # a run the surrogate cannot make fail
             print(f"  {run.session_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
             predictions.append((None, None))
             continue
@@ -220,6 +222,8 @@ def main() -> None:
     root = dataset_dir(args.dataset)
     started = time.perf_counter()
     runs = load_runs(root, args.subset)
+    if not runs:
+        sys.exit(f"no Who&When runs found in {root} (pass --dataset DIR)")
     print(f"imported {len(runs)} runs from {root} in {time.perf_counter() - started:.1f}s")
     for subset in ("Algorithm-Generated", "Hand-Crafted"):
         mine = [r for r in runs if r.metadata["whowhen"]["subset"] == subset]
@@ -241,7 +245,9 @@ def main() -> None:
         predictions, stats = counterfactual(sample, scripted_surrogate, args.budget, "smoke test")
         title = "smoke test (scripted surrogate, not a model)"
     print(f"\n{title}: {len(sample)} runs, budget {args.budget:.0f} live steps each")
-    table({title[:40]: score(predictions, sample)})
+    if all(p == (None, None) for p in predictions) and not stats["decided"]:
+        sys.exit("no run could be attributed (see the errors above): no table")
+    table({"counterfactual" if args.base_url else "smoke test": score(predictions, sample)})
     print(
         f"decided {stats['decided']:.0%}, {stats['live steps per run']:.0f} live steps per run, "
         f"{stats['seconds']:.1f}s"
