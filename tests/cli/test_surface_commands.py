@@ -151,6 +151,11 @@ def test_demo_tells_the_whole_story(tmp_path):
     data = assert_valid_report(json.loads((tmp_path / "report.json").read_text()))
     assert data["trace_id"] and data["culprit_span_id"]  # recorded through OTel
     assert (tmp_path / "report.html").exists()
+    # and the console it points to lists it
+    from agent_replay.console.app import Console
+
+    with Console(tmp_path / "demo.sqlite") as console:
+        assert "demo-refund" in console.handle("GET", "/reports").body.decode()
 
 
 def test_serve_errors(demo_db, tmp_path):
