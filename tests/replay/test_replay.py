@@ -462,3 +462,19 @@ def test_a_cancelled_async_step_is_cancelled_again_on_replay():
     assert traj.outcome.failed is False
     again = replay(agent, traj, verifier=lambda r: r == "ok")
     assert not again.diverged and again.outcome.failed is False
+
+
+def test_two_runs_that_differ_only_in_timing_do_not_diverge():
+    """Recording the same deterministic agent twice gives steps that differ only in when they
+    ran: diff listed that as a divergence at step 0."""
+    from agent_replay import diff
+
+    def agent(ctx):
+        ctx.llm("plan", produce=lambda: "p")
+        return ctx.tool("act", produce=lambda: "done")
+
+    first, second = record(agent, session_id="a"), record(agent, session_id="b")
+    comparison = diff(first, second)
+    assert comparison.first_divergence is None
+    assert all(step.same for step in comparison.steps)
+    assert "the same steps" in comparison.to_text()

@@ -593,7 +593,7 @@ class Console:
             sa = a.steps[s.index] if s.a is not None else None
             sb = b.steps[s.index_b] if s.b is not None and s.index_b is not None else None
             where = str(s.index) if s.index_b in (s.index, None) else f"{s.index}/{s.index_b}"
-            klass = ' class="changed"' if s.changes else ""
+            klass = "" if s.same else ' class="changed"'
 
             def cell(step: Any, klass: str = klass) -> str:
                 if step is None:

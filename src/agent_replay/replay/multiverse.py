@@ -283,7 +283,9 @@ class StepDiff:
 
     @property
     def same(self) -> bool:
-        return not self.changes
+        """Whether the two steps did the same thing: differences only in ``metadata`` (when
+        they ran, their span ids) are listed but are no divergence."""
+        return all(change == "metadata" for change in self.changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -353,8 +355,8 @@ def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
         sb = b.steps[ib] if ib is not None else None
         changes = _changes(sa, sb)
         index = ia if ia is not None else ib
-        if changes and first is None:
-            first = index
+        if first is None and any(change != "metadata" for change in changes):
+            first = index  # timing alone (a second run of the same steps) is no divergence
         rows.append(
             StepDiff(
                 index,
