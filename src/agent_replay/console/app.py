@@ -103,6 +103,8 @@ CSS = (
     REPORT_CSS
     + """
 nav.top { margin-bottom:16px; font-size:14px; } nav.top a { color:var(--accent); }
+.nowrap { white-space:nowrap; word-break:normal; }
+.grid dd { min-width:0; overflow-wrap:anywhere; }
 a { color:var(--accent); }
 form.inline { display:flex; gap:8px; flex-wrap:wrap; align-items:center; margin:8px 0 14px; }
 input[type=search], select { padding:5px 8px; border:1px solid var(--line); border-radius:6px;
@@ -261,7 +263,7 @@ class Console:
             f'<select name="outcome" aria-label="outcome">{options(["failed", "passed", "unknown"], outcome, "any outcome")}</select>'
             f'<select name="source" aria-label="source">{options(sources, source, "any source")}</select>'
             '<button type="submit">Filter</button></form>',
-            "<table><thead><tr><th>session</th><th>steps</th><th>outcome</th><th>score</th>"
+            "<div class='scroll'><table><thead><tr><th>session</th><th>steps</th><th>outcome</th><th>score</th>"
             "<th>source</th><th>forked from</th><th>attribution</th><th>saved</th></tr></thead><tbody>",
         ]
         for r in rows:
@@ -276,9 +278,9 @@ class Console:
                 f'<tr><td><a href="{url("/session", id=r.session_id)}">{h(clip(r.session_id, 60))}</a></td>'
                 f'<td class="num">{h(r.steps)}</td><td class="outcome-{h(r.outcome)}">{h(r.outcome)}</td>'
                 f'<td class="num">{h(score)}</td><td>{h(r.source)}</td><td>{parent}</td>'
-                f'<td>{"yes" if r.session_id in attributed else ""}</td><td class="sub">{h(saved)}</td></tr>'
+                f'<td>{"yes" if r.session_id in attributed else ""}</td><td class="sub nowrap">{h(saved)}</td></tr>'
             )
-        body.append("</tbody></table>")
+        body.append("</tbody></table></div>")
         if not rows:
             body.append(
                 "<p>No sessions match. Record or import some: <code>agent-replay demo</code>.</p>"
@@ -398,10 +400,10 @@ class Console:
             + "".join(f"<dt>{h(k)}</dt><dd>{v}</dd>" for k, v in facts)
             + "</dl>"
             + compare
-            + "<h2>Steps</h2><table><thead><tr><th>#</th><th>step</th><th>agent</th>"
+            + "<h2>Steps</h2><div class='scroll'><table><thead><tr><th>#</th><th>step</th><th>agent</th>"
             "<th>inputs / action / observation</th><th>hashes</th></tr></thead><tbody>"
             + "".join(rows)
-            + "</tbody></table>"
+            + "</tbody></table></div>"
         )
         return f"Session {clip(session_id, 40)}", body
 
@@ -466,10 +468,10 @@ class Console:
                 '<p class="sub">Each branch is a fork of its parent at a step, under one intervention. '
                 "Click a node to open it.</p>"
                 + svg
-                + "<h2>Forks</h2><table><thead><tr><th>branch</th><th>parent</th><th>fork step</th>"
+                + "<h2>Forks</h2><div class='scroll'><table><thead><tr><th>branch</th><th>parent</th><th>fork step</th>"
                 "<th>intervention</th><th>outcome</th></tr></thead><tbody>"
                 + table
-                + "</tbody></table>"
+                + "</tbody></table></div>"
             )
         return "Branch graph", body
 
@@ -524,8 +526,8 @@ class Console:
             for r in reports
         )
         body = f'<h1>Attributions</h1><div class="sub">reports in {h(self.reports_dir)}</div>' + (
-            "<table><thead><tr><th>session</th><th>verdict</th><th>culprit</th><th>agent</th>"
-            f"<th>written</th></tr></thead><tbody>{rows}</tbody></table>"
+            "<div class='scroll'><table><thead><tr><th>session</th><th>verdict</th><th>culprit</th><th>agent</th>"
+            f"<th>written</th></tr></thead><tbody>{rows}</tbody></table></div>"
             if reports
             else "<p>No attribution reports yet: run <code>agent-replay attribute --db DB --session S "
             "--agent mod:fn --verifier mod:fn</code> (it keeps a copy here), or pass "
@@ -616,9 +618,9 @@ class Console:
             )
 
         body = (
-            f"<h1>Diff</h1>{form}<p>{h(first)}</p><table><thead><tr><th>#</th>"
+            f"<h1>Diff</h1>{form}<p>{h(first)}</p><div class='scroll'><table><thead><tr><th>#</th>"
             f'<th><a href="{url("/session", id=a_id)}">{h(clip(a_id, 40))}</a> · {h(outcome(d.outcome_a))}</th>'
             f'<th><a href="{url("/session", id=b_id)}">{h(clip(b_id, 40))}</a> · {h(outcome(d.outcome_b))}</th>'
-            "<th>what differs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            "<th>what differs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
         )
         return "Diff", body
