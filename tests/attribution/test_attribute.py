@@ -429,3 +429,29 @@ def test_no_repair_is_called_valid_when_none_repairs():
         assert result.culprit_index == 3
         valid += result.repair is not None and result.repair.valid
     assert len(runs) == 30 and valid <= 1  # ~0.2% expected per run at 95% (exact)
+
+
+def test_a_likely_culprit_beside_an_unsplit_positive_segment_comes_with_a_warning():
+    """Under a tight budget the masked run above still ends 'likely' on the small step; the
+    segment that may hide the larger effect is named in the warnings."""
+    chances = {2: 0.1, 4: 0.8, 5: 0.1, 8: 0.5}
+
+    def agent(ctx):
+        outs = []
+        for i in range(10):
+            q = chances.get(i)
+            produce = (
+                (lambda q=q: "bad" if ctx.rng.random() < q else "ok")
+                if q is not None
+                else (lambda: f"note-{ctx.rng.randint(0, 9)}")
+            )
+            outs.append(ctx.llm(f"s{i}", produce=produce, prev=outs[-1] if outs else None))
+        return outs
+
+    def verifier(o):
+        return 0.0 if o[4] == "bad" or o[5] == "bad" or (o[2] == "bad" and o[8] == "bad") else 1.0
+
+    traj = record(agent, seed=1289, verifier=verifier)
+    result = attribute(traj, agent, verifier, budget=4000)
+    assert (result.verdict, result.culprit_index) == ("likely", 2)  # the budget's limit
+    assert any("steps 3-9 were not split" in w for w in result.warnings)

@@ -219,6 +219,18 @@ def attribute(
         verdict = LIKELY if poc_index is not None else UNDECIDED
     if search is None:
         verdict = NOTHING
+    if verdict == LIKELY and search is not None and search.candidate is not None:
+        # a segment never split that could still hold a larger effect than the culprit's
+        # (behind a protective step: their total stays small)
+        low = search.candidate.interval.low
+        for segment in search.segments:
+            if segment.width > 1 and segment.estimate > 0 and segment.interval.high >= low:
+                warnings.append(
+                    f"steps {segment.start}-{segment.end - 1} were not split (together "
+                    f"{segment.estimate:+.2f} [{segment.interval.low:+.2f}, "
+                    f"{segment.interval.high:+.2f}]); a larger effect than the culprit's can "
+                    "hide there behind a protective step (a larger budget would split them)"
+                )
 
     shapley = agent_shapley = None
     if method in ("shapley", "both") and search is not None:
