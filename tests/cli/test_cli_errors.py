@@ -256,3 +256,14 @@ def test_an_export_url_without_its_scheme_is_refused_before_the_work(demo_db):
     )  # fmt: skip
     assert result.exit_code == 2 and "http://127.0.0.1:4318" in result.output
     assert "CULPRIT" not in result.output
+
+
+@pytest.mark.parametrize("command", ["attribute", "aggregate", "drift"])
+def test_a_missing_verifier_is_a_usage_error(demo_db, command):
+    """Since click 8.3 an explicit ``default=None`` counts as given: the required --verifier
+    of aggregate and drift was never reported missing, and the command crashed on None."""
+    args = [command, "--db", demo_db, "--agent", AGENT]
+    if command != "aggregate":
+        args += ["--session", "s1"]
+    result = run(*args)
+    assert result.exit_code == 2 and "Missing option '--verifier'" in result.output

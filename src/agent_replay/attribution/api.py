@@ -160,7 +160,7 @@ def attribute(
                 else f" (factual replays fail {fidelity.failure_rate:.0%} of the time)"
             )
             + "; credit mode asks which step secured a success: attribute the failure instead "
-            "(mode='failure', the default)"
+            "(mode='failure', the default; --mode failure on the command line)"
         )
 
     # held in every rollout: what the recording marks (side effects, opaque spans) and, for
@@ -184,8 +184,9 @@ def attribute(
         search = None
         stop_reason = "nothing to attribute"
         warnings.append(
-            "no step of this run can be re-drawn, so nothing can be attributed; "
-            "give its steps resample policies (interop.replayable_agent)"
+            "no step of this run can be re-drawn, so nothing can be attributed: imported steps "
+            "need resample policies (interop.replayable_agent) and recorded content (capture "
+            "with message content on)"
         )
     else:
         search = search_effects(

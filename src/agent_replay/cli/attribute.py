@@ -23,9 +23,9 @@ from .common import (
     output_dir,
     output_path,
     policy_option,
+    required_verifier_option,
     resolve_agent,
     session_option,
-    verifier_option,
     write_text,
 )
 from .progress import RolloutProgress
@@ -120,7 +120,7 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
 @db_option
 @session_option
 @agent_option
-@verifier_option
+@required_verifier_option
 @policy_option
 @click.option(
     "--rollouts",
@@ -183,7 +183,7 @@ def attribute_command(
     db: Path,
     session_id: str,
     agent_spec: str | None,
-    verifier_spec: str | None,
+    verifier_spec: str,
     policy_specs: tuple[str, ...],
     rollouts: int | None,
     budget: int | None,
@@ -205,11 +205,6 @@ def attribute_command(
     """
     from ..attribution import attribute
 
-    if verifier_spec is None:
-        raise click.UsageError(
-            "--verifier MODULE:FUNCTION is required: attribution scores every re-drawn run "
-            "with it (a function returning a score in [0, 1], 1 = success)"
-        )
     verifier = load_entrypoint(verifier_spec, "--verifier")
     if otlp_url is not None and not otlp_url.startswith(("http://", "https://")):
         raise click.BadParameter(

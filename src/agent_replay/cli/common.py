@@ -17,11 +17,19 @@ from ..errors import AgentReplayError
 from ..report._data import clip
 from ..store import CheckpointStore
 
+
+def _store_path(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    if not str(value).strip() or str(value) == ".":  # '' comes in as Path('.')
+        raise click.BadParameter("give the store's file name", ctx=ctx, param=param)
+    return value
+
+
 db_option = click.option(
     "--db",
     "db",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
+    callback=_store_path,
     help="SQLite store file.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -103,13 +111,15 @@ agent_option = click.option(
 
 
 def _verifier_option(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    # no default=None: since click 8.3 an explicit default counts as given, and a required
+    # option with one is never reported missing
     return click.option(
         "--verifier",
         "verifier_spec",
         required=required,
-        default=None,
         metavar="MODULE:FUNCTION",
-        help="Scores a result in [0, 1] (1 = success).",
+        help="Scores a result in [0, 1] (1 = success)"
+        + (": every re-drawn run is scored by it." if required else "."),
     )
 
 

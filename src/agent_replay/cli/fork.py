@@ -33,9 +33,16 @@ from .common import (
 @verifier_option
 @policy_option
 @click.option("--at-step", required=True, type=int, help="The step to intervene on.")
-@click.option("--do", "do_text", default=None, help="Force this action (JSON).")
+@click.option(
+    "--do", "do_text", default=None, help="Force this action (JSON, or a bare word as a string)."
+)
 @click.option("--remove", is_flag=True, help="Remove the step.")
-@click.option("--observe", "observe_text", default=None, help="Mock the observation (JSON).")
+@click.option(
+    "--observe",
+    "observe_text",
+    default=None,
+    help="Mock the observation (JSON, or a bare word as a string).",
+)
 @click.option("--model", default=None, help="Re-draw from here with this model hint.")
 @click.option(
     "--edit", "edit_text", default=None, help="Re-draw the step with these inputs replaced (JSON)."

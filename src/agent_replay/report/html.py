@@ -451,7 +451,9 @@ def _curves(data: Mapping[str, Any]) -> str:
         '<section id="curves"><h2>Prefix failure curve and drift</h2>'
         f'<p class="sub">F(i): {h(event)} rate when steps before i are held and the rest '
         "re-drawn (dots: evaluated positions, bars: intervals). The step effect e_i = F(i+1) - "
-        "F(i). Entropy H(F(i)) in bits: how open the outcome still is at each prefix (1 = a "
+        "F(i), estimated on paired rollouts (the same seeds at both positions), so it can differ "
+        "from the difference of the two values plotted, which use every rollout at each "
+        "position. Entropy H(F(i)) in bits: how open the outcome still is at each prefix (1 = a "
         'coin flip, 0 = settled).</p><div class="charts">'
         + _chart(failure, n, title=f"F(i), the prefix {event} curve", y_label="F(i)", mark=culprit)
         + _chart(entropy, n, title="H(F(i)), outcome entropy (drift)", y_label="bits", mark=culprit)
