@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_replay.attribution import attribute
+from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import load
 from agent_replay.replay import HoldPolicy, ScriptedPolicy, replayable_agent
 
@@ -56,7 +57,10 @@ def accurate(result: dict[str, Any]) -> float:
 
 
 def main(path: Path) -> int:
-    (run,) = load(path)
+    try:
+        (run,) = load(path)
+    except (OSError, ImportFormatError) as exc:
+        raise SystemExit(f"cannot import {path}: {exc}") from None
     print(
         f"imported {run.session_id} from {path.name}: "
         + ", ".join(f"{s.index} {s.label}" for s in run.steps)

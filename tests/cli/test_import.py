@@ -194,3 +194,10 @@ def test_json_with_a_byte_order_mark_is_read_as_json(tmp_path, db_path):
     )
     result = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path)])
     assert result.exit_code == 0 and "[1 otlp-json]" in result.output, result.output
+
+
+def test_importing_only_paths_that_do_not_exist_makes_no_store(tmp_path):
+    db = tmp_path / "new.sqlite"
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "nope.json"), "--db", str(db)])
+    assert result.exit_code == 2 and "no such file" in result.output
+    assert not db.exists()

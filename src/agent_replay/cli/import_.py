@@ -67,6 +67,9 @@ def import_command(
     DB holds (stores of load-balanced receivers). A file that cannot be read is reported and
     the others are still imported; the exit code is 1 if any file failed.
     """
+    missing = [path for path in paths if not path.exists()]
+    if len(missing) == len(paths):  # nothing to read: no store is made either
+        raise click.UsageError(f"no such file or directory: {', '.join(map(str, missing))}")
     files = _expand(paths)
     if not files:
         raise click.UsageError("no files to import")
