@@ -95,8 +95,11 @@ class ReplayAgent:
         for step, entry in zip(self.trajectory.steps, self._policies, strict=True):
             inputs = rewrite(step.inputs, pairs) if pairs else step.inputs
             usage: dict[str, Any] = {}
-            history = tuple(zip(self.trajectory.steps, outputs, strict=False))  # the run so far
-            produce = None if entry is None else _producer(ctx, step, entry, usage, history)
+            produce = (
+                None
+                if entry is None
+                else _producer(ctx, step, entry, usage, self.trajectory.steps, outputs)
+            )
             call = StepCall(
                 kind=step.kind,
                 name=step.name,
@@ -142,8 +145,12 @@ def _producer(
     step: Step,
     entry: tuple[str, Callable[..., Any]],
     usage: dict[str, Any],
-    history: tuple[tuple[Step, Any], ...] = (),
+    steps: Sequence[Step],
+    outputs: list[Any],
 ) -> Callable[[Any], Any]:
+    """The step's ``produce``: asks its policy. The run so far (``history``) is built only
+    when a policy is asked (a held step costs nothing for it: building it at every step made
+    replaying a long trajectory quadratic)."""
     name, policy = entry
 
     def produce(inputs: Any) -> Any:
@@ -154,7 +161,7 @@ def _producer(
             model_hint=ctx.model_hint,
             ctx=ctx,
             usage=usage,
-            history=history,
+            history=tuple(zip(steps, outputs, strict=False)),  # the steps before this one
         )
         try:
             return policy(request)

@@ -487,7 +487,12 @@ class CheckpointStore:
                 *_summary(traj),
                 now,
             )
-            rows.append((row, after, _trace_ids(traj.metadata)))
+            traces = _trace_ids(traj.metadata)
+            if isinstance(item, Continuation):  # only its new traces: the rest are indexed
+                # (inserting every trace of a long conversation again made each turn O(n))
+                known = set(_trace_ids(item.end.session.metadata))
+                traces = tuple(t for t in traces if t not in known)
+            rows.append((row, after, traces))
         return blobs, steps, rows
 
     def _delete_read(self, conn: sqlite3.Connection, sessions: Mapping[str, str]) -> None:
