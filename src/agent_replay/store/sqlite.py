@@ -66,6 +66,8 @@ from ..model import (
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
 SCHEMA_VERSION = 3
+WAL_LIMIT_BYTES = 64 << 20
+"""What the write-ahead log is truncated to after a checkpoint."""
 # what SQLite raises on a damaged file: its errors, and text (its own messages included) that
 # is not UTF-8
 _SQLITE_FAILURES = (sqlite3.DatabaseError, UnicodeDecodeError)
@@ -235,6 +237,9 @@ class CheckpointStore:
             )
             conn.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
             conn.execute("PRAGMA foreign_keys=OFF")
+            # the WAL file is truncated back to this after a checkpoint (a big transaction,
+            # a receiver's purge, grew it to hundreds of MB and it stayed that size)
+            conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         except _SQLITE_FAILURES as exc:
             raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from exc
         self._local.conn = conn
