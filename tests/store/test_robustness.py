@@ -297,9 +297,8 @@ def test_the_write_ahead_log_is_truncated_after_a_checkpoint(db_path):
     """A big transaction (an import's staging, a receiver's purge) grew the -wal file to
     hundreds of MB and it stayed so; each connection now sets a size limit SQLite truncates
     the log back to after a checkpoint."""
-    from agent_replay.store.sqlite import WAL_LIMIT_BYTES
-
     from agent_replay import record
+    from agent_replay.store.sqlite import WAL_LIMIT_BYTES
 
     with CheckpointStore(db_path) as store:
         store.save(record(lambda ctx: ctx.llm("s", produce=lambda: "x" * 1_000_000)))
