@@ -197,3 +197,23 @@ def test_a_report_that_does_not_validate_is_listed_as_unreadable_not_rendered(tm
     with Console(db) as console:
         assert "<td>yes</td>" in console.handle("GET", "/").body.decode()
         assert console.handle("GET", "/report?file=good.json").status == 200
+
+
+def test_the_sessions_page_lists_the_newest_and_says_how_many_match(tmp_path, monkeypatch):
+    """A store of 50,000 sessions made an 11 MB home page and 2 MB session pages (every id in
+    the compare list); pages list at most PAGE_ROWS, the newest first."""
+    from agent_replay import CheckpointStore, record
+    from agent_replay.console import app
+
+    monkeypatch.setattr(app, "PAGE_ROWS", 3)
+    db = tmp_path / "many.sqlite"
+    with CheckpointStore(db) as store:
+        for i in range(5):
+            store.save(record(lambda ctx: ctx.llm("s", produce=lambda: 1), session_id=f"s{i}"))
+    with app.Console(db) as console:
+        home = console.handle("GET", "/").body.decode()
+        session = console.handle("GET", "/session?id=s0").body.decode()
+        found = console.handle("GET", "/?q=s1").body.decode()
+    assert listed(home) == ["s4", "s3", "s2"] and "the newest of 5" in home
+    assert listed(found) == ["s1"] and "the newest of" not in found
+    assert session.count('<option value="s') == 3  # s4, s3, s2: the newest others

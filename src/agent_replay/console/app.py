@@ -77,6 +77,10 @@ class Response:
         return base + list(self.extra.items())
 
 
+PAGE_ROWS = 500
+"""Sessions a page lists at most (the newest; search narrows the list)."""
+
+
 class HttpError(Exception):
     def __init__(self, status: int, title: str, message: str) -> None:
         super().__init__(message)
@@ -249,6 +253,8 @@ class Console:
         if source:
             rows = [r for r in rows if r.source == source]
         attributed = {r["data"]["session_id"] for r in self.reports() if r["error"] is None}
+        matching = len(rows)
+        rows = rows[-PAGE_ROWS:][::-1]  # the newest first; a store of 50,000 made an 11 MB page
 
         def options(values: Iterable[str], chosen: str, empty: str) -> str:
             return f'<option value="">{h(empty)}</option>' + "".join(
@@ -257,7 +263,13 @@ class Console:
             )
 
         body = [
-            f'<h1>Sessions</h1><div class="sub">{len(rows)} shown</div>',
+            f'<h1>Sessions</h1><div class="sub">{len(rows)} shown'
+            + (
+                f" (the newest of {matching}: search or filter to find the others)"
+                if matching > len(rows)
+                else ""
+            )
+            + "</div>",
             '<form class="inline" method="get" action="/">'
             f'<input type="search" name="q" value="{h(search)}" placeholder="search session ids" aria-label="search">'
             f'<select name="outcome" aria-label="outcome">{options(["failed", "passed", "unknown"], outcome, "any outcome")}</select>'
@@ -291,7 +303,19 @@ class Console:
         session_id = query.get("id", "")
         traj = self._load(session_id)
         children = self._read(self.store.children, session_id)
-        others = [r.session_id for r in self._sessions() if r.session_id != session_id]
+        # the runs to compare with: its family first (parent, forks), then the newest others
+        rows = self._sessions()
+        family = (
+            {c for c in children} | {traj.lineage.parent_session} if traj.lineage else set(children)
+        )
+        others = [
+            r.session_id for r in rows if r.session_id in family and r.session_id != session_id
+        ]
+        others += [
+            r.session_id
+            for r in rows[::-1]
+            if r.session_id not in family and r.session_id != session_id
+        ][: max(0, PAGE_ROWS - len(others))]
         reports = [r for r in self.reports() if r["data"]["session_id"] == session_id]
         o = traj.outcome
         state = "unknown" if o is None or o.failed is None else ("failed" if o.failed else "passed")
