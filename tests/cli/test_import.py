@@ -201,3 +201,14 @@ def test_importing_only_paths_that_do_not_exist_makes_no_store(tmp_path):
     result = CliRunner().invoke(main, ["import", str(tmp_path / "nope.json"), "--db", str(db)])
     assert result.exit_code == 2 and "no such file" in result.output
     assert not db.exists()
+
+
+def test_a_file_that_held_nothing_is_named_in_a_warning(tmp_path, db_path):
+    """1,000 NUL bytes read as a stream of empty protobuf messages: 0 trajectories and exit 0
+    with no word; now a warning names the file (and --strict exits 1)."""
+    path = tmp_path / "zeros.bin"
+    path.write_bytes(bytes(1000))
+    result = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path)])
+    assert result.exit_code == 0 and "zeros.bin: nothing to import in it" in result.output
+    strict = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path), "--strict"])
+    assert strict.exit_code == 1

@@ -742,6 +742,14 @@ def import_into(
                 staged.note(log.trace_id, log.time_ns, None)
         if parsed.trajectories:
             _save_trajectories(store, parsed.trajectories, result)
+    for report in result.sources:  # a file read without error that held nothing is said so
+        if report.ok and report.format != "store" and not (
+            report.spans or report.logs or report.trajectories or report.rejected
+        ):
+            result.warnings.append(
+                f"{report.source}: nothing to import in it (no spans, log records or runs; "
+                "empty, or not a trace file?)"
+            )
     if staged.started:
         _assemble_staged(sink, staged, result, on_assembled)
     return result
