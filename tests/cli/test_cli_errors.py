@@ -267,3 +267,12 @@ def test_a_missing_verifier_is_a_usage_error(demo_db, command):
         args += ["--session", "s1"]
     result = run(*args)
     assert result.exit_code == 2 and "Missing option '--verifier'" in result.output
+
+
+def test_reading_an_empty_file_does_not_make_it_a_store(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for command in (["sessions"], ["verify"], ["show", "--session", "s"]):
+        result = run(command[0], "--db", empty, *command[1:])
+        assert result.exit_code == 1 and "is empty, not a store yet" in result.output
+    assert empty.stat().st_size == 0

@@ -39,6 +39,11 @@ def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
     """The store at ``path``; a ClickException that says what to do when it cannot be used."""
     if must_exist and not path.exists():
         raise click.ClickException(f"{path} does not exist; record or import something first")
+    if must_exist and path.is_file() and path.stat().st_size == 0:
+        # reading must not turn someone's empty file into a store
+        raise click.ClickException(
+            f"{path} is empty, not a store yet; record or import something first"
+        )
     try:
         return CheckpointStore(path)
     except AgentReplayError as exc:

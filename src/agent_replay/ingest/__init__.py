@@ -743,8 +743,10 @@ def import_into(
         if parsed.trajectories:
             _save_trajectories(store, parsed.trajectories, result)
     for report in result.sources:  # a file read without error that held nothing is said so
-        if report.ok and report.format != "store" and not (
-            report.spans or report.logs or report.trajectories or report.rejected
+        if (
+            report.ok
+            and report.format != "store"
+            and not (report.spans or report.logs or report.trajectories or report.rejected)
         ):
             result.warnings.append(
                 f"{report.source}: nothing to import in it (no spans, log records or runs; "
