@@ -17,6 +17,7 @@ from .common import (
     load_optional,
     open_store,
     output_path,
+    plural,
     policy_option,
     required_verifier_option,
     resolve_agent,
@@ -57,7 +58,9 @@ def aggregate_command(
     """Attribute every failing session and rank step names by how often they are to blame."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
-        summaries = [s for s in store.list_sessions(search=search) if s.failed is not False]
+        listed = store.list_sessions(search=search)
+        summaries = [s for s in listed if s.failed is not False]
+        passed = len(listed) - len(summaries)
         trajectories = []
         with click.progressbar(
             summaries, label="loading", file=click.get_text_stream("stderr")
@@ -79,9 +82,11 @@ def aggregate_command(
                 trajectories, None, verifier, agent_for=agent_for, rollouts=rollouts, budget=budget
             )
     if as_json:
-        echo_json(result.to_dict())
+        echo_json({**result.to_dict(), "passed_sessions": passed})
     else:
         click.echo(result.to_text())
+        if passed:
+            click.echo(f"  ({plural(passed, 'session')} that passed when recorded not attributed)")
 
 
 @click.command("drift")
