@@ -599,25 +599,27 @@ def _replayed_class(module: str, qualname: str) -> type[BaseException] | None:
     """``module.qualname`` if already imported (nothing is imported to find it) and an
     exception class, mixed with :class:`RecordedStepError`; ``None`` otherwise."""
     key = (module, qualname)
-    if key not in _REPLAYED:
-        target: Any = sys.modules.get(module)
-        for part in qualname.split("."):
-            target = getattr(target, part, None)
+    if key in _REPLAYED:
+        return _REPLAYED[key]
+    target: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if not (
+        isinstance(target, type)
+        and issubclass(target, BaseException)
+        and target.__module__ != "builtins"
+    ):
+        return None  # not imported (yet: not remembered, the program may import it later)
+    try:
+        made: type[BaseException] | None = type(
+            target.__name__, (target, RecordedStepError), {"__module__": module}
+        )
+        made.__qualname__ = qualname
+    except TypeError:  # layouts that cannot be combined
         made = None
-        if (
-            isinstance(target, type)
-            and issubclass(target, BaseException)
-            and target.__module__ != "builtins"
-        ):
-            try:
-                made = type(target.__name__, (target, RecordedStepError), {"__module__": module})
-                made.__qualname__ = qualname
-            except TypeError:  # layouts that cannot be combined
-                made = None
-        if len(_REPLAYED) < 1_000:
-            _REPLAYED[key] = made
-        return made
-    return _REPLAYED[key]
+    if len(_REPLAYED) < 1_000:
+        _REPLAYED[key] = made
+    return made
 
 
 def content_capture_enabled() -> bool:
