@@ -363,6 +363,27 @@ def test_a_failure_from_a_held_step_says_so_instead_of_asking_for_rollouts():
     assert "fork --observe" in explanation.fix
 
 
+MASKED_CHANCES = {2: 0.1, 4: 0.8, 5: 0.1, 8: 0.5}
+
+
+def masked_agent(ctx):
+    """Ten steps; steps 2, 4, 5, 8 go bad with the chances above (the masked-culprit case)."""
+    outs = []
+    for i in range(10):
+        q = MASKED_CHANCES.get(i)
+        produce = (
+            (lambda q=q: "bad" if ctx.rng.random() < q else "ok")
+            if q is not None
+            else (lambda: f"note-{ctx.rng.randint(0, 9)}")
+        )
+        outs.append(ctx.llm(f"s{i}", produce=produce, prev=outs[-1] if outs else None))
+    return outs
+
+
+def masked_verifier(o):
+    return 0.0 if o[4] == "bad" or o[5] == "bad" or (o[2] == "bad" and o[8] == "bad") else 1.0
+
+
 def test_a_culprit_hidden_behind_a_protective_step_is_found():
     """Fails when step 4 or step 5 goes bad, or steps 2 and 8 both do. In a run where 2, 5
     and 8 went bad and 4 did not, step 5 decides the failure (e = 0.45) and step 4 protected
@@ -370,23 +391,7 @@ def test_a_culprit_hidden_behind_a_protective_step_is_found():
     it unsplit and name step 2 (e = 0.08) 'likely'. A segment that keeps blocking a
     significant candidate with a positive total is now bisected (found by an audit: 31 of
     300 such runs named step 2; on 100 runs after the change, every one names step 5)."""
-    chances = {2: 0.1, 4: 0.8, 5: 0.1, 8: 0.5}
-
-    def agent(ctx):
-        outs = []
-        for i in range(10):
-            q = chances.get(i)
-            produce = (
-                (lambda q=q: "bad" if ctx.rng.random() < q else "ok")
-                if q is not None
-                else (lambda: f"note-{ctx.rng.randint(0, 9)}")
-            )
-            outs.append(ctx.llm(f"s{i}", produce=produce, prev=outs[-1] if outs else None))
-        return outs
-
-    def verifier(o):
-        return 0.0 if o[4] == "bad" or o[5] == "bad" or (o[2] == "bad" and o[8] == "bad") else 1.0
-
+    agent, verifier = masked_agent, masked_verifier
     # one of the recordings with that pattern on which the search used to name step 2 (most
     # such runs were attributed right before too)
     traj = record(agent, seed=1289, verifier=verifier)
@@ -434,23 +439,7 @@ def test_no_repair_is_called_valid_when_none_repairs():
 def test_a_likely_culprit_beside_an_unsplit_positive_segment_comes_with_a_warning():
     """Under a tight budget the masked run above still ends 'likely' on the small step; the
     segment that may hide the larger effect is named in the warnings."""
-    chances = {2: 0.1, 4: 0.8, 5: 0.1, 8: 0.5}
-
-    def agent(ctx):
-        outs = []
-        for i in range(10):
-            q = chances.get(i)
-            produce = (
-                (lambda q=q: "bad" if ctx.rng.random() < q else "ok")
-                if q is not None
-                else (lambda: f"note-{ctx.rng.randint(0, 9)}")
-            )
-            outs.append(ctx.llm(f"s{i}", produce=produce, prev=outs[-1] if outs else None))
-        return outs
-
-    def verifier(o):
-        return 0.0 if o[4] == "bad" or o[5] == "bad" or (o[2] == "bad" and o[8] == "bad") else 1.0
-
+    agent, verifier = masked_agent, masked_verifier
     traj = record(agent, seed=1289, verifier=verifier)
     result = attribute(traj, agent, verifier, budget=4000)
     assert (result.verdict, result.culprit_index) == ("likely", 2)  # the budget's limit
