@@ -276,3 +276,13 @@ def test_reading_an_empty_file_does_not_make_it_a_store(tmp_path):
         result = run(command[0], "--db", empty, *command[1:])
         assert result.exit_code == 1 and "is empty, not a store yet" in result.output
     assert empty.stat().st_size == 0
+
+
+def test_aggregate_says_how_many_sessions_passed_and_were_not_attributed(demo_db):
+    result = run("aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER)
+    assert result.exit_code == 0, result.output
+    assert "(1 session that passed when recorded not attributed)" in result.output
+    data = json.loads(
+        run("aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER, "--json").stdout
+    )
+    assert data["passed_sessions"] == 1 and data["failing_runs"] == 1

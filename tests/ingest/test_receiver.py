@@ -682,9 +682,15 @@ def test_collect_refuses_bad_and_taken_addresses_with_a_message(db_path):
             args = ["collect", "--db", str(db_path), option, f"127.0.0.1:{port}", other, "off"]
             result = runner.invoke(main, args)
             assert result.exit_code == 1 and "cannot listen" in result.output, result.output
+            assert f"127.0.0.1:{port}" in result.output  # which address could not be used
             assert result.exception is None or isinstance(result.exception, SystemExit)
     finally:
         taken.close()
+    bad = db_path.with_name("not.pem")
+    bad.write_text("not a certificate")
+    args = ["collect", "--db", str(db_path), "--grpc", "off", "--http", "127.0.0.1:0"]
+    result = runner.invoke(main, [*args, "--tls-cert", str(bad), "--tls-key", str(bad)])
+    assert result.exit_code == 1 and "cannot use the TLS certificate" in result.output
 
 
 def test_oversize_headers_get_a_json_status_not_an_html_page(served):
