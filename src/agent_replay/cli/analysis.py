@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -62,16 +63,14 @@ def aggregate_command(
         summaries = [s for s in listed if s.failed is not False]
         passed = len(listed) - len(summaries)
         trajectories = []
-        with click.progressbar(
-            summaries, label="loading", file=click.get_text_stream("stderr")
-        ) as bar:
+        with click.progressbar(summaries, label="loading", file=sys.stderr) as bar:
             for summary in bar:
                 trajectories.append(store.load(summary.session_id))
         if not trajectories:
             where = f"whose id contains {search!r} " if search else ""
             raise click.ClickException(f"no failing sessions {where}in {db}")
         with click.progressbar(
-            length=len(trajectories), label="attributing", file=click.get_text_stream("stderr")
+            length=len(trajectories), label="attributing", file=sys.stderr
         ) as bar:
 
             def agent_for(trajectory):
