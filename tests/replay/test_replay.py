@@ -478,3 +478,21 @@ def test_two_runs_that_differ_only_in_timing_do_not_diverge():
     assert comparison.first_divergence is None
     assert all(step.same for step in comparison.steps)
     assert "the same steps" in comparison.to_text()
+
+
+def test_a_fork_child_replays_like_a_recording_uuid_and_now_included():
+    """Fork children (and replayed trajectories) kept no ctx.uuid()/ctx.now() values, so
+    replaying a child of an agent that asks for them after a step diverged every time."""
+    from agent_replay import fork
+
+    def agent(ctx):
+        pick = ctx.llm("pick", produce=lambda: ctx.rng.choice("xyz"))
+        return ctx.tool("use", produce=lambda: pick, rid=ctx.uuid(), ts=ctx.now())
+
+    parent = record(agent, seed=1)
+    child = fork(agent, parent, at_step=0, do="x")
+    assert {kind for _, kind, _ in child.effects} == {"uuid", "now"}
+    for seed in range(3):
+        again = replay(agent, child, seed=seed)
+        assert not again.diverged and again.live_steps == 0
+        assert again.result == child.steps[-1].output

@@ -122,6 +122,7 @@ class ReplayResult:
     same_at: int | None = None
     positions: tuple[int, ...] = field(repr=False, default=())
     _material: tuple = field(repr=False, default=(), compare=False)
+    effects: tuple[tuple[int, str, Any], ...] = field(repr=False, default=())
 
     @property
     def drafts(self) -> tuple[StepDraft, ...]:
@@ -153,6 +154,7 @@ class ReplayResult:
             outcome=self.outcome,
             lineage=lineage,
             metadata=meta,
+            effects=self.effects,  # the now() / uuid() values this run got: it replays too
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -196,6 +198,7 @@ class Replayer:
         self.seed = seed
         self.base_seed = trajectory.seed if trajectory.seed is not None else 0
         self.changed = False  # something upstream was not replayed exactly
+        self.effects_log: list[tuple[int, str, Any]] = []  # now() / uuid() as this run got them
         self.divergence: Divergence | None = None
         self.rejoined: Outcome | None = None
         self.coupling: Coupling | None = None
@@ -474,6 +477,11 @@ class Replayer:
         return stream_seed(base, segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
+        value = self._effect(ctx, kind, live)
+        self.effects_log.append((ctx.position, kind, value))
+        return value
+
+    def _effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         if not self.changed:
             if self._effects is None:  # the recorded now() / uuid() values, in order
                 self._effects = defaultdict(deque)
@@ -763,6 +771,7 @@ def _result(
         same_at=driver.same_at,
         positions=positions,
         _material=tuple(map(driver.steps.__getitem__, positions)),
+        effects=tuple(driver.effects_log),
     )
 
 
