@@ -437,13 +437,15 @@ def test_a_held_step_raises_what_the_agent_caught_when_recording():
     def agent(ctx):
         try:
             ctx.tool("search", produce=search)
-        except RateLimited:
-            return ctx.llm("answer", produce=lambda: "from memory")
+        except RateLimited as exc:  # the handler reads what the exception carries
+            return ctx.llm("answer", produce=lambda: f"from memory ({exc.retry_after}s)")
         return "searched"
 
-    traj = record(agent, verifier=lambda r: r == "from memory")
+    expected = "from memory (2.0s)"
+    traj = record(agent, verifier=lambda r: r == expected)
     assert traj.outcome.failed is False and traj.steps[0].error["type"] == "RateLimited"
-    again = replay(agent, traj, verifier=lambda r: r == "from memory")
+    assert traj.steps[0].error["attributes"] == {"retry_after": 2.0}
+    again = replay(agent, traj, verifier=lambda r: r == expected)
     assert not again.diverged and again.outcome.failed is False
 
 

@@ -550,9 +550,37 @@ def _takes_argument(fn: Callable[..., Any]) -> bool:
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
-    """The stored form of an exception a step raised."""
+    """The stored form of an exception a step raised: its class, message and the plain data
+    attributes it carries (``retry_after``, ``status_code``: what a handler reads), so that a
+    held replay raises an exception its handler can use as it did."""
     cls = type(exc)
-    return {"type": cls.__qualname__, "module": cls.__module__, "message": exception_text(exc)}
+    described: dict[str, Any] = {
+        "type": cls.__qualname__,
+        "module": cls.__module__,
+        "message": exception_text(exc),
+    }
+    attributes = _plain_attributes(exc)
+    if attributes:
+        described["attributes"] = attributes
+    return described
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain_attributes(exc: BaseException) -> dict[str, Any]:
+    """The exception's own attributes that are plain values (a response object is not)."""
+    try:
+        items = list(vars(exc).items())
+    except TypeError:  # no __dict__
+        return {}
+    out: dict[str, Any] = {}
+    for name, value in items:
+        if name.startswith("_") or len(out) >= 20:
+            continue
+        if isinstance(value, _PLAIN) and not (isinstance(value, str) and len(value) > 2000):
+            out[name] = value
+    return out
 
 
 def exception_text(exc: BaseException) -> str:
@@ -569,7 +597,8 @@ def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
     they did: built-ins as themselves; a class the running program has imported (a client's
     ``RateLimitError``, ``asyncio.CancelledError``) as a subclass of it and of
     :class:`RecordedStepError`, made without calling its ``__init__`` (its arguments are not
-    recorded: ``args`` holds the message, other attributes are missing); anything else as
+    recorded: ``args`` holds the message, and the plain data attributes it carried are set
+    again); anything else as
     :class:`RecordedStepError`."""
     name, message = str(error.get("type")), str(error.get("message", ""))
     module = str(error.get("module"))
@@ -586,6 +615,9 @@ def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
             exc = replayed.__new__(replayed, message)
             exc.args = (message,)
             exc.type_name = name
+            for attribute, value in (error.get("attributes") or {}).items():
+                with contextlib.suppress(Exception):  # a read-only property, say
+                    setattr(exc, attribute, value)
             return exc
         except Exception:
             pass
