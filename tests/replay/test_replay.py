@@ -438,7 +438,8 @@ def test_a_held_step_raises_what_the_agent_caught_when_recording():
         try:
             ctx.tool("search", produce=search)
         except RateLimited as exc:  # the handler reads what the exception carries
-            return ctx.llm("answer", produce=lambda: f"from memory ({exc.retry_after}s)")
+            wait = exc.retry_after
+            return ctx.llm("answer", produce=lambda: f"from memory ({wait}s)")
         return "searched"
 
     expected = "from memory (2.0s)"

@@ -7,7 +7,7 @@ import pytest
 from agent_replay import ReplayPlan, attribute, replay, replayable_agent
 from agent_replay.errors import PlanError
 from agent_replay.model import StepDraft, StepKind, Trajectory
-from agent_replay.replay.agent import propagation_pairs
+from agent_replay.replay.agent import propagation_pairs, rewrite
 from agent_replay.replay.policies import OpenAIChatPolicy, PolicyError, ScriptedPolicy
 from fake_openai import chat_completion, send_json, serving
 
@@ -322,3 +322,75 @@ def test_a_redraw_calling_other_tools_is_counted_and_attribution_warns():
 
 def test_plain_lists_of_different_lengths_are_not_paired_item_by_item():
     assert propagation_pairs(["a", "b", "c"], ["b", "c"]) == [(["a", "b", "c"], ["b", "c"])]
+
+
+def call(name, args, call_id):
+    return {"type": "tool_call", "name": name, "id": call_id, "arguments": args}
+
+
+def response(text, call_id):
+    return {"type": "tool_call_response", "response": text, "id": call_id}
+
+
+def test_a_changed_call_does_not_change_another_call_that_had_the_same_arguments():
+    """HelloTool and ByeTool were both called with {"name": "Bob"}; the re-draw changes only
+    HelloTool's. Substituting by value gave ByeTool Alice too (a call nobody made)."""
+    asked = {"role": "assistant", "parts": [call("HelloTool", {"name": "Bob"}, "h1"),
+                                            call("ByeTool", {"name": "Bob"}, "b1")]}  # fmt: skip
+    redrawn = {"role": "assistant", "parts": [call("HelloTool", {"name": "Alice"}, "h2"),
+                                              call("ByeTool", {"name": "Bob"}, "b2")]}  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="HelloTool", inputs={"name": "Bob"}, action="hi",
+                  attributes={"tool_call_id": "h1"}),
+        StepDraft(kind=StepKind.TOOL, name="ByeTool", inputs={"name": "Bob"}, action="bye",
+                  attributes={"tool_call_id": "b1"}),
+    ]  # fmt: skip
+    traj = Trajectory("k", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return "ok"
+
+    replay(replayable_agent(traj, {"chat": ScriptedPolicy([[redrawn]]), "tool": tool}), traj,
+           ReplayPlan.ablate_from(0))  # fmt: skip
+    assert seen == {"HelloTool": {"name": "Alice"}, "ByeTool": {"name": "Bob"}}
+
+
+def test_a_redrawn_tool_result_does_not_change_another_calls_equal_result():
+    """Two lookups both answered "order not found"; re-drawn, only order 17's changes. The
+    final call's history showed the new answer for both calls."""
+    not_found = "order not found in database"
+    asked = {"role": "assistant", "parts": [call("lookup", {"o": 17}, "c17"),
+                                            call("lookup", {"o": 42}, "c42")]}  # fmt: skip
+    answers = {"role": "tool", "parts": [response(not_found, "c17"), response(not_found, "c42")]}
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="lookup", inputs={"o": 17}, action=not_found,
+                  attributes={"tool_call_id": "c17"}),
+        StepDraft(kind=StepKind.TOOL, name="lookup", inputs={"o": 42}, action=not_found,
+                  attributes={"tool_call_id": "c42"}),
+        StepDraft(kind=StepKind.LLM, name="answer", inputs={"messages": [asked, answers]},
+                  action="neither exists"),
+    ]  # fmt: skip
+    traj = Trajectory("o", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = []
+
+    def lookup(request):
+        return "order 17: shipped" if request.inputs["o"] == 17 else not_found
+
+    def answer(request):
+        seen.append(request.inputs["messages"][-1])
+        return "ok"
+
+    agent = replayable_agent(traj, {"lookup": lookup, "answer": answer})
+    replay(agent, traj, ReplayPlan.ablate_from(1))
+    assert [p["response"] for p in seen[0]["parts"]] == ["order 17: shipped", not_found]
+
+
+def test_texts_swapped_by_a_redraw_are_swapped_in_later_strings_too():
+    """Replacing one pair after the other undid a swap (A->B, then B->A: both read A)."""
+    a, b = "Apple revenue: 94.9 billion", "Microsoft revenue: 69.6 billion"
+    pairs = [(a, b), (b, a)]
+    assert rewrite(f"1. {a}\n2. {b}", pairs) == f"1. {b}\n2. {a}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -26,11 +27,18 @@ from typing import Any
 
 from ..capture.context import AgentContext, StepCall
 from ..errors import AgentReplayError, RecordedStepError
-from ..mapping.messages import requested_tool_calls
+from ..mapping.messages import requested_tool_calls, tool_call_parts
 from ..model import Step, StepKind, Trajectory
 from .policies import PolicyError, ResampleRequest, as_policy, load_policy
 
-__all__ = ["MIN_SUBSTRING", "ReplayAgent", "propagation_pairs", "replayable_agent", "rewrite"]
+__all__ = [
+    "MIN_SUBSTRING",
+    "ReplayAgent",
+    "propagation_pairs",
+    "replayable_agent",
+    "rewrite",
+    "scoped_pairs",
+]
 
 MIN_SUBSTRING = 12
 
@@ -90,10 +98,11 @@ class ReplayAgent:
         return None if entry is None else entry[0]
 
     def __call__(self, ctx: AgentContext, *args: Any, **task: Any) -> Any:
-        pairs: list[tuple[Any, Any]] = []
+        pairs: list[Pair] = []
         outputs = []
         for step, entry in zip(self.trajectory.steps, self._policies, strict=True):
-            inputs = rewrite(step.inputs, pairs) if pairs else step.inputs
+            own = _step_scope(step)
+            inputs = rewrite(step.inputs, pairs, own) if pairs else step.inputs
             usage: dict[str, Any] = {}
             produce = (
                 None
@@ -119,11 +128,22 @@ class ReplayAgent:
             outputs.append(output)
             if output is not step.output and output != step.output:
                 if self.propagate:
-                    pairs.extend(propagation_pairs(step.output, output))
+                    # a tool's new result is its own call's: another call's equal result
+                    # is not changed with it
+                    scope = own if own is not None and own[0] else None
+                    pairs.extend(scoped_pairs(step.output, output, scope))
                 if step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
                     with self._lock:
                         self._unfollowed += 1
         return self.assemble(outputs)
+
+
+def _step_scope(step: Step) -> Scope | None:
+    """The call a tool step answers, ``(id, tool name)``; ``None`` for other steps."""
+    if step.kind is not StepKind.TOOL:
+        return None
+    call_id = step.attributes.get("tool_call_id")
+    return (str(call_id) if call_id else None, step.name)
 
 
 def _tools(output: Any) -> Counter[str]:
@@ -206,33 +226,61 @@ def replayable_agent(
 
 # -- propagation -------------------------------------------------------------------------------
 
+Scope = tuple[str | None, str | None]
+"""Where a substitution applies: inside the tool call (or its tool step, or its response) with
+this ``(id, name)``; ``None`` for everywhere."""
+
+Pair = tuple[Any, Any, Scope | None]
+
 
 def propagation_pairs(old: Any, new: Any) -> list[tuple[Any, Any]]:
-    """(old, new) value pairs to substitute downstream when an output changed."""
-    pairs: list[tuple[Any, Any]] = []
-    _pair(old, new, pairs)
-    seen: list[tuple[Any, Any]] = []
+    """(old, new) value pairs to substitute downstream when an output changed (scopes
+    dropped: see :func:`scoped_pairs`)."""
+    return [(a, b) for a, b, _ in scoped_pairs(old, new)]
+
+
+def scoped_pairs(old: Any, new: Any, scope: Scope | None = None) -> list[Pair]:
+    """``(old, new, scope)`` substitutions for when an output changed. A tool call's new
+    arguments apply only to that call (its tool step, and the call in later histories), not to
+    another call that happened to have the same arguments; ``scope`` limits all of them (a
+    re-drawn tool's result applies to its own call's response, not to another tool's equal
+    result)."""
+    pairs: list[Pair] = []
+    _pair(old, new, pairs, scope)
+    # tool calls across the whole output, by tool name in order: a re-draw that puts in one
+    # message the calls the recording has in several still pairs each with its recorded call
+    for a, b in _paired_calls(old, new):
+        _pair(a, b, pairs, scope)
+    seen: list[Pair] = []
     for pair in pairs:
         if pair[0] != pair[1] and pair not in seen and pair[0] not in (None, "", [], {}):
             seen.append(pair)
     return seen
 
 
-def _pair(old: Any, new: Any, out: list[tuple[Any, Any]]) -> None:
-    out.append((old, new))
+def _pair(old: Any, new: Any, out: list[Pair], scope: Scope | None) -> None:
+    out.append((old, new, scope))
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         if old.get("type") == "tool_call" and new.get("type") == "tool_call":
+            call = _call_scope(old)
             a, b = old.get("arguments"), new.get("arguments")
-            out.append((a, b))
+            out.append((a, b, call))
             if not isinstance(a, str) and not isinstance(b, str):
-                out.append((json.dumps(a), json.dumps(b)))
+                out.append((json.dumps(a), json.dumps(b), call))
+            if old.get("id") != new.get("id"):  # ids are unique: a new one applies everywhere
+                out.append((old.get("id"), new.get("id"), scope))
+            for key in (old.keys() & new.keys()) - {"id", "arguments"}:
+                _pair(old[key], new[key], out, call)
+            return
         for key in old.keys() & new.keys():
-            _pair(old[key], new[key], out)
+            _pair(old[key], new[key], out, scope)
     elif _is_seq(old) and _is_seq(new):
-        _pair_items(old, new, out)
+        _pair_items(old, new, out, scope)
 
 
-def _pair_items(old: Sequence[Any], new: Sequence[Any], out: list[tuple[Any, Any]]) -> None:
+def _pair_items(
+    old: Sequence[Any], new: Sequence[Any], out: list[Pair], scope: Scope | None
+) -> None:
     """Pair two lists item by item: by position when they line up kind by kind (messages by
     role, parts by type, tool calls by tool name), else each kind of message or part in order
     within its kind, so that a re-draw that adds or drops a text part before its tool calls,
@@ -242,7 +290,7 @@ def _pair_items(old: Sequence[Any], new: Sequence[Any], out: list[tuple[Any, Any
     kinds_old, kinds_new = [_kind(a) for a in old], [_kind(b) for b in new]
     if kinds_old == kinds_new:
         for a, b in zip(old, new, strict=True):
-            _pair(a, b, out)
+            _pair(a, b, out, scope)
         return
     if None in kinds_old or None in kinds_new:
         return
@@ -252,7 +300,20 @@ def _pair_items(old: Sequence[Any], new: Sequence[Any], out: list[tuple[Any, Any
     for kind, a in zip(kinds_old, old, strict=True):
         candidates = unpaired.get(kind)
         if candidates:
-            _pair(a, candidates.pop(0), out)
+            _pair(a, candidates.pop(0), out, scope)
+
+
+def _paired_calls(old: Any, new: Any) -> list[tuple[Any, Any]]:
+    """The tool-call parts of two outputs paired by tool name, in order."""
+    calls_new: dict[Any, list[Any]] = {}
+    for part in tool_call_parts(new):
+        calls_new.setdefault(part.get("name"), []).append(part)
+    pairs = []
+    for part in tool_call_parts(old):
+        candidates = calls_new.get(part.get("name"))
+        if candidates:
+            pairs.append((part, candidates.pop(0)))
+    return pairs
 
 
 def _kind(item: Any) -> tuple[Any, ...] | None:
@@ -268,25 +329,62 @@ def _is_seq(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
 
-def rewrite(value: Any, pairs: Sequence[tuple[Any, Any]]) -> Any:
-    """``value`` with every old output replaced by its new one (see the module docstring)."""
-    for old, new in pairs:
+def _call_scope(part: Mapping[str, Any]) -> Scope:
+    call_id = part.get("id")
+    return (str(call_id) if call_id else None, part.get("name"))
+
+
+def _context(value: Mapping[str, Any], scope: Scope | None) -> Scope | None:
+    """The scope inside ``value``: a tool call or its response names its call."""
+    if value.get("type") in ("tool_call", "tool_call_response"):
+        return _call_scope(value)
+    if value.get("tool_call_id"):  # a tool message in the OpenAI shape
+        return (str(value["tool_call_id"]), value.get("name"))
+    return scope
+
+
+def _applies(pair: Scope | None, here: Scope | None) -> bool:
+    """Whether a substitution scoped to ``pair`` applies at ``here``: everywhere outside any
+    call; inside a call, only its own (by id when both have one, else by tool name)."""
+    if pair is None or here is None:
+        return True
+    if pair[0] and here[0]:
+        return pair[0] == here[0]
+    return pair[1] is not None and pair[1] == here[1]
+
+
+def rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None = None) -> Any:
+    """``value`` with every old output replaced by its new one (see the module docstring);
+    ``pairs`` are ``(old, new)`` or ``(old, new, scope)``, ``scope`` is where ``value`` sits
+    (a tool step's own call)."""
+    active = [(p[0], p[1]) for p in pairs if _applies(p[2] if len(p) > 2 else None, scope)]
+    for old, new in active:
         if type(value) is type(old) and value == old:
             return new
     if isinstance(value, str):
-        for old, new in pairs:
-            if (
-                isinstance(old, str)
-                and isinstance(new, str)
-                and len(old) >= MIN_SUBSTRING
-                and old in value
-            ):
-                value = value.replace(old, new)
-        return value
+        return _replace_text(value, active)
     if isinstance(value, Mapping):
-        return {k: rewrite(v, pairs) for k, v in value.items()}
+        inner = _context(value, scope)
+        return {k: rewrite(v, pairs, inner) for k, v in value.items()}
     if isinstance(value, list):
-        return [rewrite(v, pairs) for v in value]
+        return [rewrite(v, pairs, scope) for v in value]
     if isinstance(value, tuple):
-        return tuple(rewrite(v, pairs) for v in value)
+        return tuple(rewrite(v, pairs, scope) for v in value)
     return value
+
+
+def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
+    """Occurrences of old texts in ``value`` replaced all at once (one after the other, a swap
+    of two texts would undo itself), longest first where they overlap."""
+    texts = {
+        old: new
+        for old, new in pairs
+        if isinstance(old, str)
+        and isinstance(new, str)
+        and len(old) >= MIN_SUBSTRING
+        and old in value
+    }
+    if not texts:
+        return value
+    pattern = re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True))))
+    return pattern.sub(lambda match: texts[match.group(0)], value)
