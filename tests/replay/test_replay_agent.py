@@ -394,3 +394,19 @@ def test_texts_swapped_by_a_redraw_are_swapped_in_later_strings_too():
     a, b = "Apple revenue: 94.9 billion", "Microsoft revenue: 69.6 billion"
     pairs = [(a, b), (b, a)]
     assert rewrite(f"1. {a}\n2. {b}", pairs) == f"1. {b}\n2. {a}"
+
+
+def test_a_policy_output_not_shaped_like_the_recording_is_warned_about():
+    """A message dict where the recording has a list of messages cannot be paired with
+    anything downstream; it was reported as asking for other tool calls."""
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=weather_call("London")),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "London"}, action="r"),
+    ]
+    traj = Trajectory("s", metadata={"source": "import:test"}).with_steps(drafts)
+    unwrapped = weather_call("Paris")[0]  # the message itself, not a list of messages
+    agent = replayable_agent(traj, {"plan": lambda request: unwrapped})
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.misshaped_outputs > 0 and agent.unfollowed_tool_calls == 0
+    assert any("not shaped like the recorded output" in w for w in result.warnings)
+    assert not any("other tool calls" in w for w in result.warnings)

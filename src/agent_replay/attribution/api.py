@@ -96,6 +96,7 @@ def attribute(
         rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
     started = time.perf_counter()
     unfollowed_before = getattr(agent, "unfollowed_tool_calls", 0)
+    misshaped_before = getattr(agent, "misshaped_outputs", 0)
     n = len(trajectory.steps)
     engine = RolloutEngine(
         trajectory,
@@ -280,6 +281,14 @@ def attribute(
             "ones (another tool, or more or fewer calls); the replay agent re-issues the "
             "recorded steps, so those rollouts do not follow the change: attribute the "
             "agent's own code (a native recording) to follow it"
+        )
+    misshaped = getattr(agent, "misshaped_outputs", 0) - misshaped_before
+    if misshaped:
+        warnings.append(
+            f"{misshaped} re-drawn LLM output(s) were not shaped like the recorded output (a "
+            "list of messages, say); later steps could not be changed by them, so those "
+            "rollouts do not follow the re-draw: check the resample policy's return value "
+            "(ScriptedPolicy([messages]) for a message list)"
         )
     cost = engine.cost.to_dict()
     cost["seconds"] = round(time.perf_counter() - started, 6)

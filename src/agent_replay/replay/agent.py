@@ -84,7 +84,15 @@ class ReplayAgent:
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
         self._unfollowed = 0
+        self._misshaped = 0
         self._lock = threading.Lock()
+
+    @property
+    def misshaped_outputs(self) -> int:
+        """How many re-drawn LLM outputs so far were not shaped like the recorded output (a
+        message dict where the recording has a list of messages, say): nothing downstream can
+        be paired with them, so the change does not reach later steps; ``attribute`` warns."""
+        return self._misshaped
 
     @property
     def unfollowed_tool_calls(self) -> int:
@@ -132,7 +140,10 @@ class ReplayAgent:
                     # is not changed with it
                     scope = own if own is not None and own[0] else None
                     pairs.extend(scoped_pairs(step.output, output, scope))
-                if step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
+                if step.kind is StepKind.LLM and not _same_shape(output, step.output):
+                    with self._lock:
+                        self._misshaped += 1
+                elif step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
                     with self._lock:
                         self._unfollowed += 1
         return self.assemble(outputs)
@@ -144,6 +155,13 @@ def _step_scope(step: Step) -> Scope | None:
         return None
     call_id = step.attributes.get("tool_call_id")
     return (str(call_id) if call_id else None, step.name)
+
+
+def _same_shape(new: Any, old: Any) -> bool:
+    """Whether a re-drawn output is the same kind of container as the recorded one."""
+    return isinstance(new, list) == isinstance(old, list) and isinstance(
+        new, Mapping
+    ) == isinstance(old, Mapping)
 
 
 def _tools(output: Any) -> Counter[str]:

@@ -108,9 +108,11 @@ def render_text(
     cost = data.get("cost") or {}
     full = cost.get("full_profile_live_steps")
     saving = f" ({cost.get('live_steps', 0) / full:.0%} of a full profile's {full})" if full else ""
+    estimated = " (estimated)" if cost.get("tokens_estimated") else ""
     lines.append(
         f"COST     {cost.get('rollouts', 0)} rollouts, {cost.get('live_steps', 0)} live step "
-        f"executions{saving}, {cost.get('tokens', 0)} tokens, {cost.get('seconds', 0):.2f}s"
+        f"executions{saving}, {cost.get('tokens', 0)} tokens{estimated}, "
+        f"{cost.get('seconds', 0):.2f}s"
     )
     fid = data.get("fidelity") or {}
     lines.append(
