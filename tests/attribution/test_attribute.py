@@ -444,3 +444,26 @@ def test_a_likely_culprit_beside_an_unsplit_positive_segment_comes_with_a_warnin
     result = attribute(traj, agent, verifier, budget=4000)
     assert (result.verdict, result.culprit_index) == ("likely", 2)  # the budget's limit
     assert any("steps 3-9 were not split" in w for w in result.warnings)
+
+
+def test_shapley_on_a_branching_run_warns_that_held_steps_ran_live():
+    """Re-drawing the router picks the other lane, so the held worker step does not run and
+    its re-draw does: v(S) no longer holds S, and the router (no effect on the failure) gets
+    Shapley credit. The result now says so."""
+
+    def agent(ctx):
+        with ctx.agent("router"):
+            lane = ctx.tool("lane", produce=lambda: ctx.rng.choice(["fast", "slow"]))
+        with ctx.agent("worker"):
+            return ctx.llm(
+                f"answer_{lane}", produce=lambda: "bad" if ctx.rng.random() < 0.5 else "good"
+            )
+
+    def ok(result):
+        return result == "good"
+
+    traj = next(t for s in range(50) if (t := record(agent, seed=s, verifier=ok)).failed)
+    result = attribute(traj, agent, ok, method="both", agents=True)
+    assert any("of the Shapley rollouts left the recording" in w for w in result.warnings)
+    plain = attribute(traj, agent, ok)  # the step effects alone: no Shapley, no such warning
+    assert not any("Shapley rollouts" in w for w in plain.warnings)

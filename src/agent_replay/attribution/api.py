@@ -235,6 +235,7 @@ def attribute(
                 )
 
     shapley = agent_shapley = None
+    diverged_before, rollouts_before = engine.cost.diverged, engine.cost.rollouts
     if method in ("shapley", "both") and search is not None:
         from .shapley import step_shapley_values
 
@@ -258,6 +259,16 @@ def attribute(
 
         agent_shapley = agent_shapley_values(
             engine, trajectory, rollouts=shapley_rollouts, confidence=confidence, credit=credit
+        )
+
+    spent = engine.cost.rollouts - rollouts_before
+    diverged = engine.cost.diverged - diverged_before
+    if (shapley or agent_shapley) and spent and diverged / spent > 0.1:
+        warnings.append(
+            f"{diverged / spent:.0%} of the Shapley rollouts left the recording (a re-drawn "
+            "step changed which steps ran), so steps meant to be held ran live there: Shapley "
+            "values of a branching run can credit a step for changing the path alone; the "
+            "step effects (method='contrastive') do not assume held steps stay held"
         )
 
     found_repair = None
