@@ -271,3 +271,22 @@ def test_chart_labels_fit_inside_the_chart():
     ticks = [float(y) for y, text in texts if text == "5"]  # the last x tick
     assert title <= height - 4  # room for descenders: "p", "(", ")"
     assert ticks and title - max(ticks) >= 14  # the tick row and the title do not touch
+
+
+def test_a_step_no_rollout_pair_compared_is_shown_as_not_measured(demo_attribution):
+    """An interval of the whole [-1, 1] means nothing compared the step; the text table and
+    the HTML showed it as an effect of +0.00."""
+    import copy
+
+    from agent_replay.report import render_html, render_text
+
+    traj, result = demo_attribution
+    data = copy.deepcopy(result.to_dict())
+    step = next(s for s in data["steps"] if s["segment"] == [s["index"], s["index"] + 1]
+                and not s["observation_only"] and s["index"] != data["culprit_index"])  # fmt: skip
+    step["effect"] = 0.0
+    step["interval"] = {**step["interval"], "low": -1.0, "high": 1.0}
+    text = render_text(data)
+    row = next(line for line in text.splitlines() if f"{step['kind']}:{step['name']}" in line)
+    assert "not measured" in row and "+0.00" not in row
+    assert "not measured" in render_html(data, traj)

@@ -421,7 +421,7 @@ def _role(
             f"effect {fmt_effect(effect)} {fmt_interval(interval)}; {data['verdict']}",
         )
     measured_interval = interval if hi - lo == 1 else step.get("segment_interval")
-    if _unmeasured(measured_interval):
+    if unmeasured(measured_interval):
         where = f"step {i}" if hi - lo == 1 else f"steps {lo}-{hi - 1}"
         return "unresolved", (
             f"{where}: not measured (no rollout pair compared it before the search stopped, "
@@ -454,7 +454,7 @@ def _held_cause(data: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> 
     return ", ".join(f"step {s['index']} ({_label(s)})" for s in steps if s.get("observation_only"))
 
 
-def _unmeasured(interval: Mapping[str, Any] | None) -> bool:
+def unmeasured(interval: Mapping[str, Any] | None) -> bool:
     """An effect interval of the whole [-1, 1]: no pair of rollouts compared it."""
     return bool(interval) and interval["low"] <= -1.0 and interval["high"] >= 1.0
 

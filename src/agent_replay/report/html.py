@@ -30,7 +30,7 @@ from ._data import (
     preview,
     step_content,
 )
-from .explain import Explanation, explain
+from .explain import Explanation, explain, unmeasured
 
 __all__ = ["CSP", "embed_json", "render_html", "write_html"]
 
@@ -326,6 +326,9 @@ def _timeline(data: Mapping[str, Any], ex: Explanation) -> str:
         if s.get("observation_only"):
             effect_cell = '<span class="muted">held · not scored</span>'
             numbers = "—"
+        elif unmeasured(s.get("interval") if isolated else s.get("segment_interval")):
+            effect_cell = '<span class="muted">not measured</span>'
+            numbers = "unknown (no rollout pair compared it)"
         elif isolated:
             effect_cell = _effect_svg(s, True)
             numbers = f"{fmt_effect(s.get('effect'))} {fmt_interval(s.get('interval'))}"

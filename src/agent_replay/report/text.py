@@ -11,6 +11,7 @@ from typing import Any
 
 from ..model import Trajectory
 from ._data import as_report, fmt_effect, fmt_interval, fmt_rate, preview, step_content
+from .explain import unmeasured
 
 __all__ = ["effect_bar", "render_text"]
 
@@ -82,8 +83,12 @@ def render_text(
     for s in steps:
         lo, hi = s["segment"]
         mark = ">" if s["index"] == culprit else ("*" if s.get("decisive") else " ")
+        measured = s.get("interval") if hi - lo == 1 else s.get("segment_interval")
         if s.get("observation_only"):
             eff, bar, detail = "  held", effect_bar(None), "observation-only (not scored)"
+        elif unmeasured(measured):  # no pair of rollouts compared it: unknown, not zero
+            eff, bar = "     ?", effect_bar(None)
+            detail = "not measured" if hi - lo == 1 else f"steps {lo}-{hi - 1} not measured"
         elif hi - lo == 1:
             eff = fmt_effect(s.get("effect"))
             bar = effect_bar(s.get("effect"))
