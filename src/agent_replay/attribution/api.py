@@ -260,6 +260,11 @@ def attribute(
         agent_shapley = agent_shapley_values(
             engine, trajectory, rollouts=shapley_rollouts, confidence=confidence, credit=credit
         )
+        if not trajectory.agents:
+            warnings.append(
+                "agent-level values asked for, but no step names an agent (ctx.agent blocks, "
+                "or gen_ai.agent.name on imported spans): there are none"
+            )
 
     spent = engine.cost.rollouts - rollouts_before
     diverged = engine.cost.diverged - diverged_before

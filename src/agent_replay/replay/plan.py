@@ -187,7 +187,8 @@ class ReplayPlan:
             if step.side_effects:
                 raise PlanError(
                     f"cannot {how} step {index} ({step.label}): it has side effects, so it is "
-                    "never re-drawn during a replay; force it with a mock observation instead"
+                    "never re-drawn during a replay; force its action instead (with a mock "
+                    "observation too when it has observe=)"
                 )
             if not step.resamplable or index in fixed:
                 raise PlanError(
