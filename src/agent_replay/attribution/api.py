@@ -176,8 +176,8 @@ def attribute(
         warnings.append(fidelity.warning)
     if observation_only:
         warnings.append(
-            f"{len(observation_only)} step(s) cannot be re-drawn (side effects, no resample "
-            "policy, or no recorded content) "
+            f"{len(observation_only)} step(s) cannot be re-drawn (side effects, recorded as "
+            "not re-drawable, no resample policy, or no recorded content) "
             f"and are held in every rollout: {sorted(observation_only)}; they are not scored"
         )
 
