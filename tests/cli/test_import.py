@@ -212,3 +212,17 @@ def test_a_file_that_held_nothing_is_named_in_a_warning(tmp_path, db_path):
     assert result.exit_code == 0 and "zeros.bin: nothing to import in it" in result.output
     strict = CliRunner().invoke(main, ["import", str(path), "--db", str(db_path), "--strict"])
     assert strict.exit_code == 1
+
+
+def test_ctrl_c_during_an_import_says_how_far_it_got(tmp_path, db_path, monkeypatch):
+    from agent_replay.cli import import_ as command
+
+    def interrupted(store, files, fmt, on_source, on_assembled):
+        on_source(None)  # one file read, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "import_into", interrupted)
+    paths = [str(FIXTURES / "atif"), str(FIXTURES / "langfuse")]
+    result = CliRunner().invoke(main, ["import", *paths, "--db", str(db_path)])
+    assert result.exit_code == 130
+    assert "interrupted after reading 1 of" in result.output and "kept" in result.output

@@ -91,7 +91,16 @@ def import_command(
         def advance(report: SourceReport) -> None:
             bar.update(1)
 
-        result = import_into(store, files, fmt, on_source=advance, on_assembled=assembled)
+        try:
+            result = import_into(store, files, fmt, on_source=advance, on_assembled=assembled)
+        except KeyboardInterrupt:
+            # every transaction is whole: what was committed stays, nothing is half-written
+            click.echo(
+                f"\ninterrupted after reading {bar.pos} of {len(files)} files; the sessions "
+                "already stored are kept (importing the same files again completes it)",
+                err=True,
+            )
+            raise
     failed = [s for s in result.sources if s.error is not None]
     skipped = [s for s in result.sources if s.rejected]
     sessions = result.sessions
