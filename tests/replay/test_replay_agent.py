@@ -410,3 +410,42 @@ def test_a_policy_output_not_shaped_like_the_recording_is_warned_about():
     assert agent.misshaped_outputs > 0 and agent.unfollowed_tool_calls == 0
     assert any("not shaped like the recorded output" in w for w in result.warnings)
     assert not any("other tool calls" in w for w in result.warnings)
+
+
+def test_calls_the_recording_has_in_two_messages_and_the_redraw_in_one():
+    """Koog records one assistant message per tool call; a re-draw (as OpenAI answers) puts
+    both calls in one message. The second call's new arguments must reach its tool step, and
+    later histories must not show that call twice (the recorded message is dropped)."""
+    hello = {"role": "assistant", "parts": [call("HelloTool", {"name": "Bob"}, "h1")]}
+    bye = {"role": "assistant", "parts": [call("ByeTool", {"name": "Bobby"}, "b1")]}
+    both = {"role": "assistant", "parts": [call("HelloTool", {"name": "Alice"}, "h2"),
+                                           call("ByeTool", {"name": "Carol"}, "b2")]}  # fmt: skip
+    said = [{"role": "tool", "parts": [response("hi", "h1")]},
+            {"role": "tool", "parts": [response("bye", "b1")]}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[hello, bye]),
+        StepDraft(kind=StepKind.TOOL, name="HelloTool", inputs={"name": "Bob"}, action="hi",
+                  attributes={"tool_call_id": "h1"}),
+        StepDraft(kind=StepKind.TOOL, name="ByeTool", inputs={"name": "Bobby"}, action="bye",
+                  attributes={"tool_call_id": "b1"}),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [hello, said[0], bye, said[1]]}),
+    ]  # fmt: skip
+    traj = Trajectory("split", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return f"to {request.inputs['name']}"
+
+    def final(request):
+        seen["history"] = request.inputs["messages"]
+        return "done"
+
+    agent = replayable_agent(traj, {"chat": ScriptedPolicy([[both]]), "tool": tool, "final": final})
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert seen["HelloTool"] == {"name": "Alice"} and seen["ByeTool"] == {"name": "Carol"}
+    history = seen["history"]
+    assert [m["role"] for m in history] == ["assistant", "tool", "tool"]
+    assert history[0] == both
+    assert [m["parts"][0]["id"] for m in history[1:]] == ["h2", "b2"]

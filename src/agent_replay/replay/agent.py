@@ -267,8 +267,10 @@ def scoped_pairs(old: Any, new: Any, scope: Scope | None = None) -> list[Pair]:
     _pair(old, new, pairs, scope)
     # tool calls across the whole output, by tool name in order: a re-draw that puts in one
     # message the calls the recording has in several still pairs each with its recorded call
-    for a, b in _paired_calls(old, new):
+    calls = _paired_calls(old, new)
+    for a, b in calls:
         _pair(a, b, pairs, scope)
+    pairs += [(message, REMOVED, None) for message in _merged_away(old, new, calls)]
     seen: list[Pair] = []
     for pair in pairs:
         if pair[0] != pair[1] and pair not in seen and pair[0] not in (None, "", [], {}):
@@ -319,6 +321,39 @@ def _pair_items(
         candidates = unpaired.get(kind)
         if candidates:
             _pair(a, candidates.pop(0), out, scope)
+
+
+class _Removed:
+    """What a recorded message becomes downstream when the re-draw merged it into another."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED = _Removed()
+
+
+def _merged_away(old: Any, new: Any, calls: list[tuple[Any, Any]]) -> list[Any]:
+    """Recorded assistant messages of tool calls only, beyond the re-draw's number of assistant
+    messages, whose calls are all in the re-draw: the re-draw put them into one message (the
+    recording has one message per call), so later histories drop them rather than show those
+    calls twice."""
+    if not (isinstance(old, list) and isinstance(new, list)):
+        return []
+    said = [m for m in old if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    kept = sum(1 for m in new if isinstance(m, Mapping) and m.get("role") == "assistant")
+    paired = {id(a) for a, _ in calls}
+    gone = []
+    for message in said[kept:]:
+        parts = message.get("parts")
+        if (
+            isinstance(parts, list)
+            and parts
+            and all(isinstance(p, Mapping) and p.get("type") == "tool_call" for p in parts)
+            and all(id(p) in paired for p in parts)
+        ):
+            gone.append(message)
+    return gone
 
 
 def _paired_calls(old: Any, new: Any) -> list[tuple[Any, Any]]:
@@ -374,7 +409,13 @@ def _applies(pair: Scope | None, here: Scope | None) -> bool:
 def rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None = None) -> Any:
     """``value`` with every old output replaced by its new one (see the module docstring);
     ``pairs`` are ``(old, new)`` or ``(old, new, scope)``, ``scope`` is where ``value`` sits
-    (a tool step's own call)."""
+    (a tool step's own call). A message merged away by the re-draw is dropped from the lists
+    it is in, and left where it is anything else."""
+    result = _rewrite(value, pairs, scope)
+    return value if result is REMOVED else result
+
+
+def _rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None) -> Any:
     active = [(p[0], p[1]) for p in pairs if _applies(p[2] if len(p) > 2 else None, scope)]
     for old, new in active:
         if type(value) is type(old) and value == old:
@@ -385,7 +426,8 @@ def rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None = 
         inner = _context(value, scope)
         return {k: rewrite(v, pairs, inner) for k, v in value.items()}
     if isinstance(value, list):
-        return [rewrite(v, pairs, scope) for v in value]
+        items = (_rewrite(v, pairs, scope) for v in value)
+        return [item for item in items if item is not REMOVED]
     if isinstance(value, tuple):
         return tuple(rewrite(v, pairs, scope) for v in value)
     return value
