@@ -449,3 +449,84 @@ def test_calls_the_recording_has_in_two_messages_and_the_redraw_in_one():
     assert [m["role"] for m in history] == ["assistant", "tool", "tool"]
     assert history[0] == both
     assert [m["parts"][0]["id"] for m in history[1:]] == ["h2", "b2"]
+
+
+def redraw_first(traj, output, tool=None):
+    """The later steps' inputs when step 0 is re-drawn to ``output`` (tools answer ``tool``,
+    everything else repeats its recording)."""
+    seen = {}
+
+    def policy(request):
+        seen[request.step.index] = request.inputs
+        if request.step.index == 0:
+            return output
+        return tool(request) if tool and request.step.kind is StepKind.TOOL else request.step.output
+
+    replay(replayable_agent(traj, {"*": policy}), traj, ReplayPlan.ablate_from(0))
+    return seen
+
+
+def test_a_redrawn_tool_result_reaches_a_response_recorded_without_an_id():
+    """Koog records tool responses without ids; the result's substitution is scoped to its
+    call, and a response naming no call is anyone's (it was left unchanged)."""
+    rainy = "Rainy in Paris"
+    answer = {"role": "tool", "parts": [{"type": "tool_call_response", "response": rainy}]}
+    drafts = [
+        StepDraft(kind=StepKind.TOOL, name="weather", inputs={"c": "Paris"}, action=rainy,
+                  attributes={"tool_call_id": "w1"}),
+        StepDraft(kind=StepKind.LLM, name="final", action="done", inputs={"messages": [answer]}),
+    ]  # fmt: skip
+    traj = Trajectory("r", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = redraw_first(traj, "Sunny in Paris")
+    assert seen[1]["messages"][0]["parts"][0]["response"] == "Sunny in Paris"
+
+
+def test_calls_the_recording_has_in_one_message_and_the_redraw_spreads_stay_answered():
+    """A re-draw that spreads two calls over two messages: the later history kept only the
+    first (its second call vanished, its response answered nothing); the recorded message
+    now stays, each call in it rewritten."""
+    both = {"role": "assistant", "parts": [call("search", {"q": "a"}, "c1"),
+                                           call("fetch", {"q": "b"}, "c2")]}  # fmt: skip
+    spread = [{"role": "assistant", "parts": [call("search", {"q": "A"}, "c1")]},
+              {"role": "assistant", "parts": [call("fetch", {"q": "B"}, "c2")]}]  # fmt: skip
+    answers = [{"role": "tool", "parts": [response("r1", "c1")]},
+               {"role": "tool", "parts": [response("r2", "c2")]}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=[both]),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [both, *answers]}),
+    ]  # fmt: skip
+    traj = Trajectory("s", metadata={"source": "import:test"}).with_steps(drafts)
+    history = redraw_first(traj, spread)[1]["messages"]
+    calls = [p["arguments"] for p in history[0]["parts"]]
+    assert calls == [{"q": "A"}, {"q": "B"}] and len(history) == 3
+
+
+def test_list_items_whose_type_field_is_a_list_do_not_crash_the_replay():
+    """A tool's rows with a "type" field holding a list made the pairing raise TypeError,
+    scored as the run failing."""
+    rows = [{"name": "ivysaur", "type": ["grass", "poison"]}]
+    drafts = [
+        StepDraft(kind=StepKind.TOOL, name="lookup", inputs={"q": 1}, action=rows),
+        StepDraft(kind=StepKind.LLM, name="final", inputs={"rows": rows}, action="done"),
+    ]
+    traj = Trajectory("u", metadata={"source": "import:test"}).with_steps(drafts)
+    more = [*rows, {"name": "venusaur", "type": ["grass"]}]
+    assert redraw_first(traj, more)[1] == {"rows": more}
+
+
+def test_a_changed_argument_reaches_a_tool_step_holding_the_arguments_as_text():
+    """The argument values pair too, scoped to their call: a tool step that recorded its
+    arguments as a string gets the new value inside it (the rewrite dropped this)."""
+    asked = [{"role": "assistant", "parts": [call("search", {"query": "weather in Paris today",
+                                                             "n": 5}, "s1")]}]  # fmt: skip
+    redrawn = [{"role": "assistant", "parts": [call("search", {"query": "weather in London today",
+                                                               "n": 5}, "s2")]}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=asked),
+        StepDraft(kind=StepKind.TOOL, name="search", action="r", attributes={"tool_call_id": "s1"},
+                  inputs={"arguments": "{'query': 'weather in Paris today', 'n': 5}"}),
+    ]  # fmt: skip
+    traj = Trajectory("t", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = redraw_first(traj, redrawn, tool=lambda request: "r")
+    assert seen[1] == {"arguments": "{'query': 'weather in London today', 'n': 5}"}

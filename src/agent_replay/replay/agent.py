@@ -18,6 +18,7 @@ replaced where they are the whole value, to avoid rewriting unrelated words).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 MIN_SUBSTRING = 12
+
+_log = logging.getLogger(__name__)
 
 Assemble = Callable[[list[Any]], Any]
 
@@ -264,13 +267,21 @@ def scoped_pairs(old: Any, new: Any, scope: Scope | None = None) -> list[Pair]:
     re-drawn tool's result applies to its own call's response, not to another tool's equal
     result)."""
     pairs: list[Pair] = []
-    _pair(old, new, pairs, scope)
-    # tool calls across the whole output, by tool name in order: a re-draw that puts in one
-    # message the calls the recording has in several still pairs each with its recorded call
-    calls = _paired_calls(old, new)
-    for a, b in calls:
-        _pair(a, b, pairs, scope)
-    pairs += [(message, REMOVED, None) for message in _merged_away(old, new, calls)]
+    try:
+        _pair(old, new, pairs, scope)
+        # tool calls across the whole output, by tool name in order: a re-draw that puts in
+        # one message the calls the recording has in several still pairs each with its call
+        calls = _paired_calls(old, new)
+        for a, b in calls:
+            _pair(a, b, pairs, scope)
+        merged, split = _regrouped(old, new, calls)
+        pairs += [(message, REMOVED, None) for message in merged]
+        if split:  # the recorded message stays, each call in it rewritten by its own pairs
+            whole = {id(m) for m in split} | {id(m["parts"]) for m in split}
+            pairs = [p for p in pairs if id(p[0]) not in whole]
+    except Exception:  # odd shapes: substitute the whole output, never fail the rollout
+        _log.debug("propagation fell back to the whole output", exc_info=True)
+        pairs = [(old, new, scope)]
     seen: list[Pair] = []
     for pair in pairs:
         if pair[0] != pair[1] and pair not in seen and pair[0] not in (None, "", [], {}):
@@ -287,9 +298,10 @@ def _pair(old: Any, new: Any, out: list[Pair], scope: Scope | None) -> None:
             out.append((a, b, call))
             if not isinstance(a, str) and not isinstance(b, str):
                 out.append((json.dumps(a), json.dumps(b), call))
-            if old.get("id") != new.get("id"):  # ids are unique: a new one applies everywhere
+            if new.get("id") and old.get("id") != new.get("id"):  # ids are unique
                 out.append((old.get("id"), new.get("id"), scope))
-            for key in (old.keys() & new.keys()) - {"id", "arguments"}:
+            # the argument values too (a tool step may hold them as text), in the call's scope
+            for key in (old.keys() & new.keys()) - {"id"}:
                 _pair(old[key], new[key], out, call)
             return
         for key in old.keys() & new.keys():
@@ -333,37 +345,44 @@ class _Removed:
 REMOVED = _Removed()
 
 
-def _merged_away(old: Any, new: Any, calls: list[tuple[Any, Any]]) -> list[Any]:
-    """Recorded assistant messages of tool calls only, beyond the re-draw's number of assistant
-    messages, whose calls are all in the re-draw: the re-draw put them into one message (the
-    recording has one message per call), so later histories drop them rather than show those
-    calls twice."""
+def _regrouped(old: Any, new: Any, calls: list[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """Recorded assistant messages of tool calls only, when the re-draw groups the same calls
+    in fewer or more messages: ``(merged, split)``. Merged: the recording has a message per
+    call and the re-draw one for several (as Koog records and OpenAI answers); the recorded
+    messages beyond the re-draw's number are dropped from later histories, so no call shows
+    twice. Split: the re-draw spreads over several messages the calls the recording has in
+    one; that recorded message is not replaced by the first of them (the others' calls would
+    be lost), it stays with each call rewritten (a history stays well formed)."""
     if not (isinstance(old, list) and isinstance(new, list)):
-        return []
+        return [], []
     said = [m for m in old if isinstance(m, Mapping) and m.get("role") == "assistant"]
-    kept = sum(1 for m in new if isinstance(m, Mapping) and m.get("role") == "assistant")
+    kept = [m for m in new if isinstance(m, Mapping) and m.get("role") == "assistant"]
     paired = {id(a) for a, _ in calls}
-    gone = []
-    for message in said[kept:]:
+
+    def calls_only(message: Mapping[str, Any]) -> bool:
         parts = message.get("parts")
-        if (
+        return (
             isinstance(parts, list)
-            and parts
+            and bool(parts)
             and all(isinstance(p, Mapping) and p.get("type") == "tool_call" for p in parts)
             and all(id(p) in paired for p in parts)
-        ):
-            gone.append(message)
-    return gone
+        )
+
+    if len(said) > len(kept):
+        return [m for m in said[len(kept) :] if calls_only(m)], []
+    if len(said) < len(kept):
+        return [], [m for m in said if calls_only(m) and len(m["parts"]) > 1]
+    return [], []
 
 
 def _paired_calls(old: Any, new: Any) -> list[tuple[Any, Any]]:
     """The tool-call parts of two outputs paired by tool name, in order."""
     calls_new: dict[Any, list[Any]] = {}
     for part in tool_call_parts(new):
-        calls_new.setdefault(part.get("name"), []).append(part)
+        calls_new.setdefault(_key(part.get("name")), []).append(part)
     pairs = []
     for part in tool_call_parts(old):
-        candidates = calls_new.get(part.get("name"))
+        candidates = calls_new.get(_key(part.get("name")))
         if candidates:
             pairs.append((part, candidates.pop(0)))
     return pairs
@@ -374,8 +393,13 @@ def _kind(item: Any) -> tuple[Any, ...] | None:
     if not isinstance(item, Mapping):
         return None
     if item.get("type") == "tool_call":
-        return ("tool_call", item.get("name"))
-    return (item.get("type"), item.get("role"))
+        return ("tool_call", _key(item.get("name")))
+    return (_key(item.get("type")), _key(item.get("role")))
+
+
+def _key(value: Any) -> Any:
+    """``value`` usable as a dict key (a data field named "type" can hold a list)."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
 
 
 def _is_seq(value: Any) -> bool:
@@ -388,9 +412,11 @@ def _call_scope(part: Mapping[str, Any]) -> Scope:
 
 
 def _context(value: Mapping[str, Any], scope: Scope | None) -> Scope | None:
-    """The scope inside ``value``: a tool call or its response names its call."""
+    """The scope inside ``value``: a tool call or its response names its call (one that names
+    neither an id nor a tool, as some recordings' responses, is anyone's)."""
     if value.get("type") in ("tool_call", "tool_call_response"):
-        return _call_scope(value)
+        named = _call_scope(value)
+        return named if named[0] or named[1] else scope
     if value.get("tool_call_id"):  # a tool message in the OpenAI shape
         return (str(value["tool_call_id"]), value.get("name"))
     return scope
