@@ -226,3 +226,15 @@ def test_ctrl_c_during_an_import_says_how_far_it_got(tmp_path, db_path, monkeypa
     result = CliRunner().invoke(main, ["import", *paths, "--db", str(db_path)])
     assert result.exit_code == 130
     assert "interrupted after reading 1 of" in result.output and "kept" in result.output
+
+
+def test_a_link_that_leads_nowhere_in_a_directory_is_reported_not_skipped(tmp_path, db_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "good.jsonl").write_bytes(
+        (FIXTURES / "generated" / "otel_span_only.jsonl").read_bytes()
+    )
+    (folder / "gone.jsonl").symlink_to(tmp_path / "deleted.jsonl")
+    result = CliRunner().invoke(main, ["import", str(folder), "--db", str(db_path)])
+    assert result.exit_code == 1 and "gone.jsonl" in result.output and "FAILED" in result.output
+    assert "from 1 of 2 files" in result.output

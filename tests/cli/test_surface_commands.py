@@ -128,6 +128,8 @@ def test_report_regenerates_html(demo_db, tmp_path):
     result = run("report", "--json", tmp_path / "r.json", "--out", again, "--text")
     assert result.exit_code == 0 and "CULPRIT" in result.output
     assert again.read_text() == (tmp_path / "r.html").read_text()
+    piped = run("report", "--json", tmp_path / "r.json", "--out", "-")  # the page on stdout
+    assert piped.exit_code == 0 and piped.stdout == again.read_text()
     # a bare to_json() report (no content) takes the content from the store
     data = json.loads((tmp_path / "r.json").read_text())
     bare = {k: v for k, v in data.items() if k not in ("trajectory", "explanation")}

@@ -21,7 +21,8 @@ MAX_LISTED = 10
 
 def _expand(paths: tuple[Path, ...]) -> list[Path]:
     """Files of ``paths``; a directory stands for every trace-looking file below it (by
-    suffix, see :data:`TRACE_SUFFIXES`; hidden ones skipped)."""
+    suffix, see :data:`TRACE_SUFFIXES`; hidden ones skipped). A link that leads nowhere is
+    listed too, so that it is reported as a file that cannot be read, not skipped silently."""
     files: list[Path] = []
     for path in paths:
         if not path.is_dir():
@@ -30,7 +31,7 @@ def _expand(paths: tuple[Path, ...]) -> list[Path]:
         for candidate in sorted(path.rglob("*")):
             relative = candidate.relative_to(path).parts
             if (
-                candidate.is_file()
+                (candidate.is_file() or (candidate.is_symlink() and not candidate.exists()))
                 and candidate.suffix.lower() in TRACE_SUFFIXES
                 and not any(part.startswith(_SKIP) for part in relative)
             ):

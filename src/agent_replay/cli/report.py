@@ -23,7 +23,7 @@ from .common import friendly_errors, open_store, output_path, write_text
     "out_path",
     default=None,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="HTML file to write [default: the JSON path with .html].",
+    help="HTML file to write, - for standard output [default: the JSON path with .html].",
 )
 @click.option(
     "--db",
@@ -61,6 +61,9 @@ def report_command(
             "to_json()); pass --db with the store to show their content",
             err=True,
         )
+    if out_path is not None and str(out_path) == "-":  # the page on stdout, for a pipe
+        click.echo(render_html(data), nl=False)
+        return
     out_path = output_path(out_path or json_path.with_suffix(".html"), "--out")
     write_text(out_path, render_html(data))
     if show_text:
