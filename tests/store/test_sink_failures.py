@@ -70,7 +70,7 @@ def test_a_store_gone_for_good_logs_one_line_a_minute_not_one_per_trace(
         assert sink.dropped_traces == len(TURNS) > 2
         drops = [r for r in caplog.records if "dropping trace" in r.getMessage()]
         assert len(drops) == 1
-        sink._drop_logged_at -= SpanSink.DROP_LOG_SECONDS  # a minute later
+        sink._drop_log._logged_at -= sink._drop_log.interval  # a minute later
         sink.add(TURNS[0])
         for _ in range(SpanSink.MAX_ATTEMPTS):
             with pytest.raises(StoreError):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..mapping.spans import NormalizedSpan, from_readable_span
 from ..store import CheckpointStore, open_store
-from ..store.sink import SpanSink
+from ..store.sink import LogThrottle, SpanSink
 from .context import (
     CLAIMED_SPANS,
     INTERCEPTED_ATTRIBUTE,
@@ -49,30 +48,25 @@ _STEP_KIND_ATTRIBUTE = "agent_replay.step.kind"
 # on_start remembers skipped span ids until they end; spans that never end must not make that
 # memory grow without bound (forgetting them only risks storing a span twice)
 _MAX_SKIPPED = 65_536
-# a worker that fails on every flush (a deleted store) logs the first error and then a summary
-# at most this often, instead of a traceback twice a second
-_ERROR_LOG_INTERVAL = 60.0
 
 
 class _ErrorLog:
-    """Counts worker errors and logs them without flooding the application's log."""
+    """Counts worker errors and logs them without flooding the application's log: a worker
+    that fails on every flush (a deleted store) logs the first error and then at most one a
+    minute, instead of a traceback twice a second."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.count = 0
-        self._logged_at = -_ERROR_LOG_INTERVAL
-        self._unlogged = 0
+        self._throttle = LogThrottle()
 
     def record(self) -> None:
         """Call from an ``except`` block."""
         self.count += 1
-        now = time.monotonic()
-        if now - self._logged_at < _ERROR_LOG_INTERVAL:
-            self._unlogged += 1
-            return
-        suffix = f" ({self._unlogged} similar errors not logged)" if self._unlogged else ""
-        _log.exception("agent-replay: failed to %s%s", self.what, suffix)
-        self._logged_at, self._unlogged = now, 0
+        held = self._throttle.due()
+        if held is not None:
+            suffix = f" ({held} similar errors not logged)" if held else ""
+            _log.exception("agent-replay: failed to %s%s", self.what, suffix)
 
 
 def _normalize(spans: Sequence[ReadableSpan], errors: _ErrorLog) -> list[NormalizedSpan]:

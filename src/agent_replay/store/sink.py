@@ -44,9 +44,29 @@ from ..mapping.spans import (
 from ..model import Continuation, Trajectory
 from .sqlite import CheckpointStore
 
-__all__ = ["DurableSpanSink", "SpanSink", "adopt", "rehome", "save_merged"]
+__all__ = ["DurableSpanSink", "LogThrottle", "SpanSink", "adopt", "rehome", "save_merged"]
 
 _log = logging.getLogger(__name__)
+
+
+class LogThrottle:
+    """At most one log line per ``interval`` seconds, for errors that repeat (a store that is
+    gone fails every write after it): :meth:`due` says whether to log now, and how many lines
+    were held back since the last one."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self._logged_at = -interval
+        self._held = 0
+
+    def due(self) -> int | None:
+        """``None`` when this line is held back, else the number held back before it."""
+        now = time.monotonic()
+        if now - self._logged_at < self.interval:
+            self._held += 1
+            return None
+        held, self._logged_at, self._held = self._held, now, 0
+        return held
 
 
 class SpanSink:
@@ -55,7 +75,6 @@ class SpanSink:
     again by the next flush, up to ``MAX_ATTEMPTS`` times."""
 
     MAX_ATTEMPTS = 3
-    DROP_LOG_SECONDS = 60.0
 
     def __init__(
         self,
@@ -80,8 +99,7 @@ class SpanSink:
         self.sessions_written = 0
         self.spans_seen = 0
         self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
-        self._drop_logged_at = -self.DROP_LOG_SECONDS
-        self._drops_unlogged = 0
+        self._drop_log = LogThrottle()  # a store gone for good drops every trace after it
         self._attempts: dict[str, int] = {}
         # trace id -> spans of it lost before they reached the sink (a full capture queue):
         # the trace's capture report says so when it is written
@@ -153,27 +171,6 @@ class SpanSink:
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
-    def _log_drop(self, trace_id: str, spans: int, failures: int) -> None:
-        """One error line per ``DROP_LOG_SECONDS`` at most (a store gone for good drops every
-        trace after it), counting the drops not logged since."""
-        now = time.monotonic()
-        if now - self._drop_logged_at < self.DROP_LOG_SECONDS:
-            self._drops_unlogged += 1
-            return
-        since = (
-            f"; {self._drops_unlogged} more dropped since the last message"
-            if self._drops_unlogged
-            else ""
-        )
-        _log.error(
-            "agent-replay: dropping trace %s (%d spans) after %d failed writes%s",
-            trace_id,
-            spans,
-            failures,
-            since,
-        )
-        self._drop_logged_at, self._drops_unlogged = now, 0
-
     def _put_back(self, traces: dict[str, dict[str, NormalizedSpan]]) -> None:
         """Traces whose write failed (a locked or full disk) wait for the next flush, up to
         ``MAX_ATTEMPTS`` writes each; then they are dropped, and logged."""
@@ -185,7 +182,15 @@ class SpanSink:
             if failures >= self.MAX_ATTEMPTS:
                 del self._attempts[trace_id]
                 self.dropped_traces += 1
-                self._log_drop(trace_id, len(trace), failures)
+                held = self._drop_log.due()
+                if held is not None:
+                    _log.error(
+                        "agent-replay: dropping trace %s (%d spans) after %d failed writes%s",
+                        trace_id,
+                        len(trace),
+                        failures,
+                        f"; {held} more dropped since the last message" if held else "",
+                    )
                 continue
             trace.update(self._pending.get(trace_id, {}))
             self._pending[trace_id] = trace
