@@ -243,24 +243,19 @@ async def arecord(
     pass_context: bool = True,
 ) -> Trajectory:
     """:func:`record` for ``async def`` agents, from inside an event loop. A plain ``def``
-    agent is recorded by :func:`record` (its context's calls are not awaitable)."""
-    if not is_async_agent(agent_fn):
-        return record(
-            agent_fn,
-            task,
-            session_id=session_id,
-            seed=seed,
-            verifier=verifier,
-            tracer_provider=tracer_provider,
-            metadata=metadata,
-            capture_content=capture_content,
-            pass_context=pass_context,
-        )
+    agent is run as :func:`record` runs it (its context's calls are not awaitable)."""
+    plain = not is_async_agent(agent_fn)
     recorded_task = _as_called(task)
     recorder, ctx = _prepare(
-        task, session_id, seed, tracer_provider, capture_content, AsyncAgentContext
+        task,
+        session_id,
+        seed,
+        tracer_provider,
+        capture_content,
+        AgentContext if plain else AsyncAgentContext,
     )
-    result, error = await arun_agent(
+    run = (run_agent if plain else arun_agent)(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )
+    result, error = run if plain else await run
     return _finish(recorder, ctx, recorded_task, seed, verifier, result, error, metadata)

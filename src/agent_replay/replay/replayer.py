@@ -850,21 +850,8 @@ async def areplay(
     stop_if_same_at: int | None = None,
 ) -> ReplayResult:
     """:func:`replay` for ``async def`` agents, from inside an event loop. A plain ``def``
-    agent is replayed by :func:`replay` (its context's calls are not awaitable)."""
-    if not is_async_agent(agent_fn):
-        return replay(
-            agent_fn,
-            trajectory,
-            plan,
-            seed=seed,
-            verifier=verifier,
-            strict=strict,
-            pass_context=pass_context,
-            verify=verify,
-            tracer_provider=tracer_provider,
-            coupling=coupling,
-            stop_if_same_at=stop_if_same_at,
-        )
+    agent is run as :func:`replay` runs it (its context's calls are not awaitable)."""
+    plain = not is_async_agent(agent_fn)
     driver, ctx = _setup(
         agent_fn,
         trajectory,
@@ -874,10 +861,11 @@ async def areplay(
         verify,
         tracer_provider,
         coupling,
-        AsyncAgentContext,
+        AgentContext if plain else AsyncAgentContext,
         stop_if_same_at,
     )
-    result, error = await arun_agent(
+    run = (run_agent if plain else arun_agent)(
         agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=(_Rejoined,)
     )
+    result, error = run if plain else await run
     return _result(driver, verifier, result, error)
