@@ -404,7 +404,7 @@ def save_merged(
         # read before merging: a write after this is caught, one before is merged (or, at
         # worst, caught too and merged on the next attempt)
         ids = {sid for t in taken for sid in (t.session_id, f"{t.session_id}.otel")}
-        read = {sid: store.digest_of(sid) for sid in ids}
+        read = store.digests(ids)
         items = [
             merged_with_stored(store, t, follow=follow, covered=covered, **options) for t in taken
         ]

@@ -414,16 +414,23 @@ class CheckpointStore:
             self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=replace)
 
-    def digest_of(self, session_id: str) -> str | None:
-        """The stored session's digest (``None`` when there is none): what ``expect`` of
-        :meth:`save_many` checks."""
+    def digests(self, session_ids: Iterable[str]) -> dict[str, str | None]:
+        """The stored sessions' digests (``None`` for one there is not), in one query: what
+        ``expect`` of :meth:`save_many` checks."""
+        wanted = list(dict.fromkeys(session_ids))
+        found: dict[str, str | None] = dict.fromkeys(wanted)
         with self._sqlite_errors("read sessions"):
-            row = (
-                self._conn()
-                .execute("SELECT digest FROM sessions WHERE session_id=?", (session_id,))
-                .fetchone()
-            )
-        return None if row is None else row[0]
+            conn = self._conn()
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    conn.execute(
+                        f"SELECT session_id, digest FROM sessions WHERE session_id IN ({marks})",
+                        chunk,
+                    ).fetchall()
+                )
+        return found
 
     def _check_read(self, conn: sqlite3.Connection, expect: Mapping[str, str | None]) -> None:
         for session_id, digest in expect.items():
