@@ -135,6 +135,7 @@ class Console:
     ) -> None:
         self.db = Path(db)
         self.reports_dir = Path(reports_dir) if reports_dir else reports_dir_for(self.db)
+        self._report_cache: dict[tuple[str, int, int], dict[str, Any] | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agent-replay-console")
         self.store = self._pool.submit(CheckpointStore, self.db).result()
 
@@ -222,19 +223,18 @@ class Console:
             return out
         for path in sorted(self.reports_dir.glob("*.json")):
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if not isinstance(data, dict) or "session_id" not in data or "verdict" not in data:
-                    continue
-            except (OSError, ValueError):
+                stat = path.stat()
+                key = (path.name, stat.st_mtime_ns, stat.st_size)
+                entry = self._report_cache.get(key)
+                if key not in self._report_cache:  # read and checked once per version
+                    for stale in [k for k in self._report_cache if k[0] == path.name]:
+                        del self._report_cache[stale]
+                    self._report_cache[key] = _read_report(path, stat.st_mtime)
+                entry = self._report_cache[key]
+            except OSError:
                 continue
-            try:
-                validate_report(data)
-                error = None
-            except ReportSchemaError as exc:
-                error = str(exc)
-            out.append(
-                {"file": path.name, "mtime": path.stat().st_mtime, "data": data, "error": error}
-            )
+            if entry is not None:
+                out.append(entry)
         return sorted(out, key=lambda r: -r["mtime"])
 
     # -- pages ----------------------------------------------------------------------------
@@ -648,3 +648,20 @@ class Console:
             "<th>what differs</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
         )
         return "Diff", body
+
+
+def _read_report(path: Path, mtime: float) -> dict[str, Any] | None:
+    """A reports-folder entry: the report, when it was written, and why it does not validate
+    (``None`` for a file that is not a report at all)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "session_id" not in data or "verdict" not in data:
+        return None
+    try:
+        validate_report(data)
+        error = None
+    except ReportSchemaError as exc:
+        error = str(exc)
+    return {"file": path.name, "mtime": mtime, "data": data, "error": error}
