@@ -69,6 +69,23 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_rollout(
         assert result.exit_code == 2 and "cannot write" in result.output, result.output
 
 
+def test_out_dash_prints_a_single_page_and_is_refused_for_a_prefix(demo_db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused = run(
+        "attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT,
+        "--verifier", VERIFIER, "--out", "-", "--no-save",
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "--json" in refused.output, refused.output
+    assert not list(tmp_path.glob("-*"))  # no "-.json" / "-.html" files
+    drift = ["drift", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--verifier", VERIFIER]
+    page = run(*drift, "--rollouts", "2", "--out", "-")
+    assert page.exit_code == 0, page.output
+    assert page.output.startswith("<!doctype html>") and page.output.endswith("</body>")
+    assert not list(tmp_path.glob("-*"))
+    both = run(*drift, "--rollouts", "2", "--out", "-", "--json")
+    assert both.exit_code == 2 and "standard output" in both.output
+
+
 def test_report_to_an_unwritable_path_and_contradictory_options(demo_db, tmp_path, not_a_directory):
     prefix = tmp_path / "r"
     made = run(

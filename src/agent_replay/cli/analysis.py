@@ -130,12 +130,18 @@ def drift_command(
     """How open the run's fate was at each step, and where it sealed."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
     scorer = load_optional(scorer_spec, "--state-scorer")
-    if out_path is not None:
+    to_stdout = out_path is not None and str(out_path) == "-"  # the page on stdout
+    if to_stdout and as_json:
+        raise click.UsageError("--out - and --json would both print to standard output")
+    if out_path is not None and not to_stdout:
         output_path(out_path, "--out")
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
+    if to_stdout:
+        click.echo(result.render_html(), nl=False)
+        return
     if out_path:
         write_text(out_path, result.render_html())
     if as_json:

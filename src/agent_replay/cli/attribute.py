@@ -217,6 +217,12 @@ def attribute_command(
         )
     # where the reports go is checked before the rollouts are spent
     if out_prefix is not None:
+        if str(out_prefix) == "-":
+            raise click.BadParameter(
+                "'-' cannot name two files (PREFIX.json and PREFIX.html); print the JSON "
+                "report with --json, or write the page with `agent-replay report`",
+                param_hint="--out",
+            )
         output_path(out_prefix, "--out")
     folder = None if no_save else output_dir(reports_dir or reports_dir_for(db), "--reports-dir")
     with friendly_errors(), open_store(db) as store:
