@@ -29,7 +29,7 @@ def test_import_reports_the_bad_file_and_imports_the_rest(tmp_path, db_path):
     )
     assert result.exit_code == 1
     assert f"FAILED {bad}: not valid JSON" in result.output
-    assert "Imported 3 trajectories" in result.output
+    assert "Imported 3 trajectories" in result.output and "\n  3 new\n" in result.output
     assert "from 4 of 5 files" in result.output
     with CheckpointStore(db_path) as store:
         ids = set(store.session_ids())
@@ -49,6 +49,9 @@ def test_import_twice_keeps_one_copy_and_json_summary(db_path):
     assert summary["failed"] == [] and summary["formats"] == {"langfuse": 1}
     (trajectory,) = summary["trajectories"]
     assert trajectory["steps"] == 6 and trajectory["capture"]["opaque_steps"]
+    assert trajectory["status"] == "unchanged"
+    again = runner.invoke(main, args)
+    assert "1 unchanged (the store already held these runs as imported)" in again.output
     with CheckpointStore(db_path) as store:
         assert len(store.session_ids()) == 1
         store.load(store.session_ids()[0]).verify()

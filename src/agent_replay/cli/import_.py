@@ -92,6 +92,7 @@ def import_command(
         def advance(report: SourceReport) -> None:
             bar.update(1)
 
+        before = store.digests(store.session_ids())  # to tell new, updated and unchanged
         try:
             result = import_into(store, files, fmt, on_source=advance, on_assembled=assembled)
         except KeyboardInterrupt:
@@ -102,6 +103,15 @@ def import_command(
                 err=True,
             )
             raise
+        after = store.digests(s.session_id for s in result.sessions)
+    status = {
+        session_id: "new"
+        if session_id not in before
+        else "unchanged"
+        if before[session_id] == digest
+        else "updated"
+        for session_id, digest in after.items()
+    }
     failed = [s for s in result.sources if s.error is not None]
     skipped = [s for s in result.sources if s.rejected]
     sessions = result.sessions
@@ -118,6 +128,7 @@ def import_command(
                 "trajectories": [
                     {
                         "session_id": s.session_id,
+                        "status": status[s.session_id],
                         "steps": s.steps,
                         "source": s.source,
                         "capture": s.capture,
@@ -136,6 +147,18 @@ def import_command(
             + (f" [{by_format}]" if by_format else "")
         )
         if sessions:
+            counts = Counter(status.values())
+            click.echo(
+                "  "
+                + ", ".join(
+                    f"{counts[k]} {k}" for k in ("new", "updated", "unchanged") if counts[k]
+                )
+                + (
+                    " (the store already held these runs as imported)"
+                    if set(counts) == {"unchanged"}
+                    else ""
+                )
+            )
             click.echo(
                 f"  {replayable} of {len(sessions)} fully replayable; see "
                 "`agent-replay show --json` for each capture report"

@@ -865,7 +865,20 @@ def merge(
     _relink(drafts, requesters)
     metadata = dict(new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)
-    metadata["capture"] = capture_report(drafts)
+    metadata["capture"] = report = capture_report(drafts)
+    # how many spans and log records it was assembled from (counts per trace are not kept)
+    counts = ("spans", "log_records")
+    old_report = old.metadata.get("capture") or {}
+    new_report = new.metadata.get("capture") or {}
+    if not kept:  # ``new`` holds everything
+        earlier: Mapping[str, Any] = {}
+    elif partial or new_traces.isdisjoint(old.metadata.get("trace_ids", ())):
+        earlier = old_report  # ``new`` adds records ``old`` did not have
+    else:  # ``new`` holds again whole traces ``old`` has: counted once, as ``new`` counts them
+        earlier = {k: max(0, (old_report.get(k) or 0) - (new_report.get(k) or 0)) for k in counts}
+    for key in counts:
+        if key in old_report or key in new_report:
+            report[key] = (earlier.get(key) or 0) + (new_report.get(key) or 0)
     merged = Trajectory(
         session_id=new.session_id,
         task=old.task,
