@@ -250,8 +250,44 @@ def test_an_empty_file_becomes_a_new_store(db_path):
 
 
 def test_a_missing_directory_is_a_store_error(tmp_path):
-    with pytest.raises(StoreError, match="not a usable SQLite database"):
+    with pytest.raises(StoreError, match=r"cannot create a store there .*no/such is not a dir"):
         CheckpointStore(tmp_path / "no" / "such" / "dir.sqlite")
+
+
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A tmpfs remounted read-only holding a copy of a store (needs root and mount rights:
+    skipped where they are missing)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                      capture_output=True).returncode:  # fmt: skip
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with CheckpointStore(mount / "s.sqlite") as store:
+            store.save(Trajectory("s0", chain_steps([StepDraft(StepKind.LLM, "x", "in", 1)])))
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_store_on_a_read_only_file_system_is_read_and_refuses_writes(read_only_mount):
+    """Reading a WAL database needs its shared-memory file, which a read-only file system
+    cannot hold: it is opened immutable (it was 'not a usable SQLite database')."""
+    with CheckpointStore(read_only_mount / "s.sqlite") as store:
+        assert store.read_only and store.session_ids() == ["s0"]
+        assert store.verify()[0].ok
+        with pytest.raises(StoreError, match=r"read-only file system\); nothing can be written"):
+            store.save(Trajectory("s1", []))
+    with pytest.raises(StoreError, match="directory is on a read-only file system"):
+        CheckpointStore(read_only_mount / "new.sqlite")
+    trace = read_only_mount.parent / "t.jsonl"
+    trace.write_text("{}\n")
+    for args in (["import", str(trace)], ["collect", "--http", "127.0.0.1:0"]):
+        result = CliRunner().invoke(cli, [*args, "--db", str(read_only_mount / "s.sqlite")])
+        assert result.exit_code == 1 and "read-only file system" in result.output, result.output
+    assert sorted(p.name for p in read_only_mount.iterdir()) == ["s.sqlite"]
 
 
 def test_a_directory_or_an_empty_path_is_a_store_error(tmp_path):

@@ -206,7 +206,11 @@ class CheckpointStore:
         self.path = Path(path)
         if self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a store file")
-        self.read_only = read_only
+        # a store on a read-only file system (a mounted snapshot, a CD, a read-only volume)
+        # is opened as immutable: SQLite cannot make the shared-memory file that reading a
+        # WAL database otherwise needs, and nobody can change the file under the reader
+        self._immutable = self.path.is_file() and _on_read_only_file_system(self.path)
+        self.read_only = read_only or self._immutable
         self._durable = durable
         self._busy_timeout = busy_timeout
         self._local = threading.local()
@@ -228,8 +232,9 @@ class CheckpointStore:
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
         try:
+            mode = "?mode=ro&immutable=1" if self._immutable else "?mode=ro"
             conn = sqlite3.connect(
-                f"{self.path.absolute().as_uri()}?mode=ro" if self.read_only else self.path,
+                f"{self.path.absolute().as_uri()}{mode}" if self.read_only else self.path,
                 timeout=self._busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
@@ -241,7 +246,16 @@ class CheckpointStore:
             # a receiver's purge, grew it to hundreds of MB and it stayed that size)
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         except _SQLITE_FAILURES as exc:
-            raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from exc
+            if self.path.exists():
+                raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from exc
+            where = self.path.absolute().parent
+            if not where.is_dir():
+                why = f"{where} is not a directory"
+            elif _on_read_only_file_system(where):
+                why = "its directory is on a read-only file system"
+            else:
+                why = str(exc)
+            raise StoreError(f"{self.path}: cannot create a store there ({why})") from exc
         self._local.conn = conn
         with self._lock:
             self._connections.append(conn)
@@ -447,6 +461,9 @@ class CheckpointStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
         error; refuses a store file deleted or replaced while open."""
+        if self.read_only:
+            medium = " (it is on a read-only file system)" if self._immutable else ""
+            raise StoreError(f"{self.path}: opened read-only{medium}; nothing can be written")
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         # An open connection keeps writing to a file that was deleted or replaced meanwhile,
@@ -962,6 +979,13 @@ def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[Checkpo
     if isinstance(store, CheckpointStore):
         return store, False
     return CheckpointStore(store), True
+
+
+def _on_read_only_file_system(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return False
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
