@@ -18,7 +18,7 @@ from agent_replay.attribution.aggregate import mean_interval
 from agent_replay.attribution.result import REPORT_SCHEMA_VERSION
 from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from agent_replay.errors import SuccessfulRunError, VerifierError
-from agent_replay.rollouts import ThreadExecutor
+from agent_replay.rollouts import AsyncExecutor, SerialExecutor, ThreadExecutor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import families
@@ -110,6 +110,43 @@ def test_async_agents_are_attributed_concurrently():
         if (t := record(agent, {"n": 5}, seed=s, verifier=verifier)).outcome.failed
     )
     assert attribute(traj, agent, verifier).culprit_index == 2
+
+
+def test_any_executor_runs_any_agent():
+    """A sync executor given an async agent, and the async executor given a plain one, run
+    the same rollouts as the default (they crashed: a coroutine where a result was due)."""
+
+    async def async_agent(ctx, n):
+        return [await ctx.llm(f"s{i}", produce=lambda i=i: _draw(ctx, i)) for i in range(n)]
+
+    def sync_agent(ctx, n):
+        return [ctx.llm(f"s{i}", produce=lambda i=i: _draw(ctx, i)) for i in range(n)]
+
+    def verifier(result):
+        return 0.0 if "bad" in result else 1.0
+
+    pool = ThreadExecutor(2)
+    try:
+        for agent, executors in (
+            (async_agent, (SerialExecutor(), pool)),
+            (sync_agent, (AsyncExecutor(4),)),
+        ):
+            traj = next(
+                t
+                for s in range(50)
+                if (t := record(agent, {"n": 4}, seed=s, verifier=verifier)).outcome.failed
+            )
+            expected = attribute(traj, agent, verifier, rollouts=12).to_dict()
+            for executor in executors:
+                got = attribute(traj, agent, verifier, rollouts=12, executor=executor)
+                assert got.to_dict()["curve"] == expected["curve"], (agent, executor)
+                assert got.culprit_index == 2
+    finally:
+        pool.close()
+
+
+def _draw(ctx, i):
+    return "bad" if i == 2 and ctx.rng.random() < 0.6 else f"ok{ctx.rng.randint(0, 3)}"
 
 
 def test_passing_run_raises_or_runs_credit(demo_run):

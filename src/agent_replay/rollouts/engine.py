@@ -54,10 +54,14 @@ class RolloutRequest:
 
 
 class Executor(Protocol):
-    """Runs rollouts. ``map`` keeps order; ``amap`` is used for async agents.
+    """Runs rollouts. ``map`` keeps order.
 
-    An executor may say how many rollouts it runs at once as ``concurrency`` (1 if it does
-    not); the search batches its probes to that width.
+    ``map`` is handed a plain function returning each rollout's result, whether the agent is
+    ``async def`` or not (a sync executor runs an async agent's event loop per rollout); an
+    executor whose ``map`` awaits what the function returns says so with
+    ``runs_coroutines = True`` and is handed a coroutine function (a plain agent then runs
+    on its loop's thread). An executor may say how many rollouts it runs at once as
+    ``concurrency`` (1 if it does not); the search batches its probes to that width.
     """
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
@@ -100,6 +104,8 @@ class AsyncExecutor:
     Called from synchronous code; when the calling thread already runs an event loop, the
     batch runs on a private loop in a helper thread.
     """
+
+    runs_coroutines = True
 
     def __init__(self, concurrency: int = 64) -> None:
         self.concurrency = concurrency
@@ -278,7 +284,8 @@ class RolloutEngine:
                 todo.append(RolloutRequest(plan, seed, prefix, stop_if_same))
         started = time.perf_counter()
         if todo:
-            fresh = self.executor.map(self._rollout_async if self.is_async else self._rollout, todo)
+            coroutines = getattr(self.executor, "runs_coroutines", False)
+            fresh = self.executor.map(self._rollout_async if coroutines else self._rollout, todo)
             for request, result in zip(todo, fresh, strict=True):
                 results[request.seed] = result
                 self._account(result)
