@@ -30,10 +30,10 @@ import sys
 import threading
 import time
 import uuid as _uuid
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -310,22 +310,42 @@ class AgentContext:
 
     # -- steps ----------------------------------------------------------------------------
 
-    llm = _step_method(
-        StepKind.LLM, """An LLM call named ``name``: ``produce`` returns the model's output."""
-    )
-    tool = _step_method(
-        StepKind.TOOL,
-        """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
+    if TYPE_CHECKING:  # what a type checker sees of the three step methods built below
 
-        ``side_effects=True`` marks a tool that must never run again during replays (it is
-        held or served a mock observation).
-        """,
-    )
-    memory = _step_method(
-        StepKind.MEMORY,
-        """A memory operation (``operation=`` one of the GenAI memory operations, default
-        ``search_memory``).""",
-    )
+        def llm(
+            self,
+            name: str,
+            produce: Callable[..., Any] | None = None,
+            *,
+            observe: Callable[[Any], Any] | None = None,
+            side_effects: bool = False,
+            resamplable: bool | None = None,
+            default: Any = None,
+            agent: str | None = None,
+            operation: str | None = None,
+            **inputs: Any,
+        ) -> Any:
+            """A step: ``produce`` returns its action, ``observe(action)`` its observation."""
+
+        tool = memory = llm
+
+    else:
+        llm = _step_method(
+            StepKind.LLM, """An LLM call named ``name``: ``produce`` returns the model's output."""
+        )
+        tool = _step_method(
+            StepKind.TOOL,
+            """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
+
+            ``side_effects=True`` marks a tool that must never run again during replays (it is
+            held or served a mock observation).
+            """,
+        )
+        memory = _step_method(
+            StepKind.MEMORY,
+            """A memory operation (``operation=`` one of the GenAI memory operations, default
+            ``search_memory``).""",
+        )
 
     def _begin(self, call: StepCall) -> Decision:
         lock = self._position_lock
@@ -485,6 +505,26 @@ class AsyncAgentContext(AgentContext):
     ``produce`` and ``observe`` may be plain callables or return awaitables. Concurrent steps
     (``asyncio.gather``) are numbered in the order they are called.
     """
+
+    if TYPE_CHECKING:  # the inherited step methods return an awaitable: a missed ``await``
+        # is a type error, not a run recorded without its steps
+
+        def llm(  # type: ignore[override]
+            self,
+            name: str,
+            produce: Callable[..., Any] | None = None,
+            *,
+            observe: Callable[[Any], Any] | None = None,
+            side_effects: bool = False,
+            resamplable: bool | None = None,
+            default: Any = None,
+            agent: str | None = None,
+            operation: str | None = None,
+            **inputs: Any,
+        ) -> Coroutine[Any, Any, Any]:
+            """A step, awaited: ``produce`` returns its action (or an awaitable of it)."""
+
+        tool = memory = llm  # type: ignore[assignment]
 
     async def _astep(self, call: StepCall) -> Any:
         decision = self._begin(call)

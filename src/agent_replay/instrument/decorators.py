@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, cast, overload
 
 from ..model import StepKind
 from ._intercept import Interceptor, StepSpec
@@ -54,12 +54,15 @@ def _decorate(
     return Interceptor(fn, spec).wrapper()
 
 
-def _factory(kind: StepKind) -> Any:
-    @overload
-    def decorator(fn: F, /) -> F: ...
+class StepDecorator(Protocol):
+    """``@instrument.llm`` and its kin: bare, or called with options."""
 
     @overload
-    def decorator(
+    def __call__(self, fn: F, /) -> F: ...
+
+    @overload
+    def __call__(
+        self,
         *,
         name: str | None = None,
         side_effects: bool = False,
@@ -68,6 +71,8 @@ def _factory(kind: StepKind) -> Any:
         model_arg: str | None = None,
     ) -> Callable[[F], F]: ...
 
+
+def _factory(kind: StepKind) -> StepDecorator:
     def decorator(
         fn: Any = None,
         /,
@@ -92,7 +97,7 @@ def _factory(kind: StepKind) -> Any:
         "plan replaces). Arguments or a result that cannot be stored as data raise "
         "CanonicalEncodingError naming the step, at record time."
     ).replace("{k}", kind.value)
-    return decorator
+    return cast(StepDecorator, decorator)
 
 
 llm = _factory(StepKind.LLM)
