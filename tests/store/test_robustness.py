@@ -290,6 +290,36 @@ def test_a_store_on_a_read_only_file_system_is_read_and_refuses_writes(read_only
     assert sorted(p.name for p in read_only_mount.iterdir()) == ["s.sqlite"]
 
 
+@pytest.mark.parametrize("denied", ["file", "directory"])
+def test_a_store_this_user_cannot_write_is_read_and_refused_to_writers(
+    tmp_path, monkeypatch, denied
+):
+    """(os.access stands in for the permissions: the tests run as root.) A file or directory
+    without write permission for this user: every read command failed ('attempt to write a
+    readonly database'), and the receiver answered every export 503 for a whole run."""
+    import agent_replay.store.sqlite as sqlite_module
+
+    path = tmp_path / "s.sqlite"
+    with CheckpointStore(path) as store:
+        store.save(Trajectory("s0", chain_steps([StepDraft(StepKind.LLM, "x", "in", 1)])))
+    barred = path if denied == "file" else tmp_path
+    real = os.access
+    monkeypatch.setattr(
+        sqlite_module.os,
+        "access",
+        lambda p, mode: not (Path(p) == barred and mode & os.W_OK) and real(p, mode),
+    )
+    with CheckpointStore(path) as store:
+        assert store.read_only and denied in store.unwritable
+        assert store.session_ids() == ["s0"] and store.verify()[0].ok
+        with pytest.raises(StoreError, match="nothing can be written"):
+            store.delete("s0")
+    with pytest.raises(StoreError, match=f"cannot be written: .*{denied}"):
+        sqlite_module.open_store(path)  # what capture and sessions open
+    result = CliRunner().invoke(cli, ["collect", "--http", "127.0.0.1:0", "--db", str(path)])
+    assert result.exit_code == 1 and "cannot be written" in result.output, result.output
+
+
 def test_a_directory_or_an_empty_path_is_a_store_error(tmp_path):
     """Not an IsADirectoryError from deep inside, and an empty path does not open '.'."""
     with pytest.raises(StoreError, match="is a directory"):

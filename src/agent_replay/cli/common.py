@@ -37,7 +37,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
     """The store at ``path``; a ClickException that says what to do when it cannot be used.
-    A store that need not exist is one to write into: one on a read-only file system (which
+    A store that need not exist is one to write into: one this user cannot write (which
     opens for reading) is refused at once."""
     if must_exist and not path.exists():
         raise click.ClickException(f"{path} does not exist; record or import something first")
@@ -50,9 +50,9 @@ def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
         store = CheckpointStore(path)
     except AgentReplayError as exc:
         raise click.ClickException(str(exc)) from exc
-    if store.read_only and not must_exist:
+    if store.unwritable and not must_exist:
         store.close()
-        raise click.ClickException(f"{path} is on a read-only file system; nothing can be written")
+        raise click.ClickException(f"{path} cannot be written: {store.unwritable}")
     return store
 
 

@@ -206,11 +206,15 @@ class CheckpointStore:
         self.path = Path(path)
         if self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a store file")
-        # a store on a read-only file system (a mounted snapshot, a CD, a read-only volume)
-        # is opened as immutable: SQLite cannot make the shared-memory file that reading a
-        # WAL database otherwise needs, and nobody can change the file under the reader
-        self._immutable = self.path.is_file() and _on_read_only_file_system(self.path)
-        self.read_only = read_only or self._immutable
+        # a store this process cannot write is opened read-only, saying why (writes raise
+        # it); one on a read-only file system (a mounted snapshot, a read-only volume) as
+        # immutable: SQLite cannot make the shared-memory file that reading a WAL database
+        # otherwise needs, and nobody can change the file under the reader
+        self.unwritable = _unwritable(self.path) if self.path.is_file() else None
+        # (nor can it in a directory this user cannot write: the store is then read as it
+        # was last checkpointed, which is all of it once its writers have closed it)
+        self._immutable = self.unwritable in (READ_ONLY_FILE_SYSTEM, UNWRITABLE_DIRECTORY)
+        self.read_only = read_only or self.unwritable is not None
         self._durable = durable
         self._busy_timeout = busy_timeout
         self._local = threading.local()
@@ -462,8 +466,8 @@ class CheckpointStore:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
         error; refuses a store file deleted or replaced while open."""
         if self.read_only:
-            medium = " (it is on a read-only file system)" if self._immutable else ""
-            raise StoreError(f"{self.path}: opened read-only{medium}; nothing can be written")
+            why = f" ({self.unwritable})" if self.unwritable else ""
+            raise StoreError(f"{self.path}: opened read-only{why}; nothing can be written")
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         # An open connection keeps writing to a file that was deleted or replaced meanwhile,
@@ -975,10 +979,32 @@ class CheckpointStore:
 
 def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[CheckpointStore, bool]:
     """``store`` itself, or the store at that path, and whether it was opened here (so the
-    caller closes it when done)."""
+    caller closes it when done). For writers (capture, sessions): a path this user cannot
+    write is a :class:`StoreError` at once, not a failure of every write later."""
     if isinstance(store, CheckpointStore):
         return store, False
-    return CheckpointStore(store), True
+    opened = CheckpointStore(store)
+    if opened.unwritable:
+        opened.close()
+        raise StoreError(f"{opened.path}: cannot be written: {opened.unwritable}")
+    return opened, True
+
+
+READ_ONLY_FILE_SYSTEM = "it is on a read-only file system"
+UNWRITABLE_DIRECTORY = (
+    "its directory is not writable by this user, and SQLite keeps its -wal and -shm files there"
+)
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why this process cannot write the store at ``path`` (``None`` if it can)."""
+    if _on_read_only_file_system(path):
+        return READ_ONLY_FILE_SYSTEM
+    if not os.access(path.absolute().parent, os.W_OK | os.X_OK):
+        return UNWRITABLE_DIRECTORY
+    if not os.access(path, os.W_OK):
+        return "the file is not writable by this user"
+    return None
 
 
 def _on_read_only_file_system(path: Path) -> bool:
