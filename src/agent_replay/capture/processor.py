@@ -253,12 +253,14 @@ class TrajectorySpanProcessor(SpanProcessor):
         self._stopped = True
         self._wake.set()
         self._worker.join(timeout=30)
-        if self._owns_store and not self._worker.is_alive():
-            self.store.close()
+        if not self._worker.is_alive():
+            self._sink.close_report()  # what is lost for good, said once
+            if self._owns_store:
+                self.store.close()
 
     def stats(self) -> dict[str, int]:
         """Counters: spans seen, sessions written, spans dropped (queue full), traces given
-        up after failed writes (``dropped_traces``), worker errors."""
+        up (``dropped_traces``: see :class:`~agent_replay.store.sink.SpanSink`), worker errors."""
         return {
             "queued": len(self._queue),
             "spans_seen": self._sink.spans_seen,

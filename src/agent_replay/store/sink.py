@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..capture.context import native_run_in_progress
-from ..errors import AgentReplayError, SessionChangedError, StoreError
+from ..errors import AgentReplayError, ChainIntegrityError, SessionChangedError, StoreError
 from ..mapping.assemble import assemble, continue_session, merge
 from ..mapping.spans import (
     LogEvent,
@@ -70,11 +70,20 @@ class LogThrottle:
 
 
 class SpanSink:
-    """Buffers spans by trace and writes assembled trajectories to ``store``. A write that
-    fails (the store locked past its timeout, a full disk) raises, and its traces are written
-    again by the next flush, up to ``MAX_ATTEMPTS`` times."""
+    """Buffers spans by trace and writes assembled trajectories to ``store``.
+
+    A write that fails raises, and its traces wait for a later flush. When the store is the
+    cause (:class:`StoreError`: locked past its timeout, a full disk, a file gone) no trace is
+    at fault: they are all held, within about ``hold_bytes`` of memory (past it the oldest
+    are dropped, counted in ``dropped_traces``), and written again once the store takes
+    writes; flushes that are not forced wait ``retry_seconds`` after a failure, doubling up to
+    ``MAX_RETRY_SECONDS``, so a store that is down costs no assembly twice a second. When a
+    trace is the cause (it cannot be assembled), the others of its flush are written one by
+    one and it is tried ``MAX_ATTEMPTS`` times, then dropped. Drops and the store's return are
+    logged, at most one drop line a minute."""
 
     MAX_ATTEMPTS = 3
+    MAX_RETRY_SECONDS = 30.0
 
     def __init__(
         self,
@@ -84,6 +93,8 @@ class SpanSink:
         idle_seconds: float = 30.0,
         remember_traces: int = 4096,
         remember_bytes: int = 64 << 20,
+        hold_bytes: int = 256 << 20,
+        retry_seconds: float = 0.5,
     ) -> None:
         self.store = store
         self.source = source
@@ -91,6 +102,8 @@ class SpanSink:
         self.remember_traces = remember_traces
         self.remember_bytes = remember_bytes
         self.remembered_bytes = 0  # estimated memory of the remembered written traces
+        self.hold_bytes = hold_bytes
+        self.retry_seconds = retry_seconds
         self._pending: dict[str, dict[str, NormalizedSpan]] = {}
         self._complete: set[str] = set()
         self._touched: dict[str, float] = {}
@@ -98,9 +111,13 @@ class SpanSink:
         self._done: OrderedDict[str, tuple[dict[str, NormalizedSpan], int]] = OrderedDict()
         self.sessions_written = 0
         self.spans_seen = 0
-        self.dropped_traces = 0  # traces given up after MAX_ATTEMPTS failed writes
+        self.dropped_traces = 0  # traces given up (failed writes, or held past hold_bytes)
         self._drop_log = LogThrottle()  # a store gone for good drops every trace after it
         self._attempts: dict[str, int] = {}
+        # traces held while the store refuses writes, oldest first, with their memory
+        self._held: dict[str, int] = {}
+        self._retry_delay = 0.0
+        self._retry_at = 0.0
         # trace id -> spans of it lost before they reached the sink (a full capture queue):
         # the trace's capture report says so when it is written
         self.incomplete: dict[str, int] = {}
@@ -108,6 +125,11 @@ class SpanSink:
     @property
     def pending_spans(self) -> int:
         return sum(len(v) for v in self._pending.values())
+
+    @property
+    def store_failing(self) -> bool:
+        """Whether the last write failed for want of the store (traces are held)."""
+        return self._retry_delay > 0
 
     def add(self, spans: Iterable[NormalizedSpan]) -> None:
         """Buffer finished spans (any traces, any order)."""
@@ -128,8 +150,11 @@ class SpanSink:
                 self._complete.add(span.trace_id)
 
     def flush(self, *, force: bool = False) -> int:
-        """Write every ready trace (every trace when ``force``); returns sessions written."""
+        """Write every ready trace (every trace when ``force``); returns sessions written.
+        After a failed write, a flush that is not forced waits for the retry time."""
         now = time.monotonic()
+        if not force and now < self._retry_at:
+            return 0
         ready = [
             trace_id
             for trace_id in self._pending
@@ -139,62 +164,155 @@ class SpanSink:
         ]
         if not ready:
             return 0
-        spans = []
-        taken = {}
-        for trace_id in ready:
-            trace = taken[trace_id] = self._pending.pop(trace_id)
-            self._complete.discard(trace_id)
-            self._touched.pop(trace_id, None)
-            spans.extend(trace.values())
-            size = sum(map(_memory_size, trace.values()))
-            self._done[trace_id] = (trace, size)
-            self.remembered_bytes += size
-            while self._done and (
-                len(self._done) > self.remember_traces
-                or self.remembered_bytes > self.remember_bytes
-            ):
-                self.remembered_bytes -= self._done.popitem(last=False)[1][1]
+        taken = {trace_id: self._take(trace_id) for trace_id in ready}
         try:
-            assembled = assemble(spans, source=self.source)
-            if self.incomplete:
-                assembled = [_incomplete(t, self.incomplete) for t in assembled]
-            trajectories = rehome(self.store, assembled)
-            if trajectories:
-                covered = {(s.trace_id, s.span_id) for s in spans}
-                save_merged(self.store, trajectories, self.store.save_many, covered)
-        except Exception:
-            self._put_back(taken)
+            written = self._write(taken)
+        except StoreError:
+            self._hold(taken)
             raise
+        except Exception:
+            if len(taken) == 1:
+                self._put_back(taken)
+                raise
+            written = self._write_each(taken)  # one bad trace holds up no other
+        self._stored()
+        return written
+
+    def _take(self, trace_id: str) -> dict[str, NormalizedSpan]:
+        """Trace ``trace_id`` out of the buffer, remembered for late spans."""
+        trace = self._pending.pop(trace_id)
+        self._complete.discard(trace_id)
+        self._touched.pop(trace_id, None)
+        size = sum(map(_memory_size, trace.values()))
+        self._done[trace_id] = (trace, size)
+        self.remembered_bytes += size
+        while self._done and (
+            len(self._done) > self.remember_traces or self.remembered_bytes > self.remember_bytes
+        ):
+            self.remembered_bytes -= self._done.popitem(last=False)[1][1]
+        return trace
+
+    def _write(self, taken: Mapping[str, dict[str, NormalizedSpan]]) -> int:
+        """Assemble and save ``taken`` in one transaction; the number of sessions written."""
+        spans = [span for trace in taken.values() for span in trace.values()]
+        assembled = assemble(spans, source=self.source)
+        if self.incomplete:
+            assembled = [_incomplete(t, self.incomplete) for t in assembled]
+        trajectories = rehome(self.store, assembled)
+        if trajectories:
+            covered = {(s.trace_id, s.span_id) for s in spans}
+            save_merged(self.store, trajectories, self.store.save_many, covered)
         for trace_id in taken:
             self._attempts.pop(trace_id, None)
             self.incomplete.pop(trace_id, None)
+            self._held.pop(trace_id, None)
         self.sessions_written += len(trajectories)
         return len(trajectories)
 
+    def _write_each(self, taken: Mapping[str, dict[str, NormalizedSpan]]) -> int:
+        """``taken`` trace by trace, after a failure of them all together that was not the
+        store's: raises the first trace's error once all are tried (a store failure at once)."""
+        written, failure = 0, None
+        items = list(taken.items())
+        for n, (trace_id, trace) in enumerate(items):
+            try:
+                written += self._write({trace_id: trace})
+            except StoreError:
+                self._hold(dict(items[n:]))
+                raise
+            except Exception as exc:
+                self._put_back({trace_id: trace})
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return written
+
+    def _unwritten(self, trace_id: str, trace: dict[str, NormalizedSpan]) -> None:
+        """Trace ``trace_id`` back in the buffer (with any spans that came meanwhile)."""
+        done = self._done.pop(trace_id, None)
+        if done is not None:
+            self.remembered_bytes -= done[1]
+        trace.update(self._pending.get(trace_id, {}))
+        self._pending[trace_id] = trace
+        self._complete.add(trace_id)
+
+    def _hold(self, traces: Mapping[str, dict[str, NormalizedSpan]]) -> None:
+        """Traces the store did not take: back in the buffer, not counted against them; the
+        next flushes wait (doubling); the oldest held are dropped past ``hold_bytes``."""
+        if not self._retry_delay:
+            _log.warning(
+                "agent-replay: the store %s does not take writes; holding traces until it does",
+                self.store.path,
+            )
+        self._retry_delay = min(
+            self.MAX_RETRY_SECONDS, max(self.retry_seconds, 2 * self._retry_delay)
+        )
+        self._retry_at = time.monotonic() + self._retry_delay
+        for trace_id, trace in traces.items():
+            self._unwritten(trace_id, trace)
+            self._held[trace_id] = sum(map(_memory_size, self._pending[trace_id].values()))
+        total = sum(self._held.values())
+        while total > self.hold_bytes and len(self._held) > 1:
+            trace_id = next(iter(self._held))
+            total -= self._held.pop(trace_id)
+            self._drop(trace_id, self._pending.pop(trace_id, {}), "held past the memory bound")
+            self._complete.discard(trace_id)
+            self._touched.pop(trace_id, None)
+
+    def _stored(self) -> None:
+        """A write went through: the store is back, if it was away."""
+        if self._retry_delay:
+            _log.warning(
+                "agent-replay: the store %s takes writes again%s",
+                self.store.path,
+                f" ({self.dropped_traces} traces dropped so far)" if self.dropped_traces else "",
+            )
+        self._retry_delay = self._retry_at = 0.0
+
     def _put_back(self, traces: dict[str, dict[str, NormalizedSpan]]) -> None:
-        """Traces whose write failed (a locked or full disk) wait for the next flush, up to
+        """Traces that could not be assembled or written wait for the next flush, up to
         ``MAX_ATTEMPTS`` writes each; then they are dropped, and logged."""
         for trace_id, trace in traces.items():
-            done = self._done.pop(trace_id, None)
-            if done is not None:
-                self.remembered_bytes -= done[1]
             failures = self._attempts[trace_id] = self._attempts.get(trace_id, 0) + 1
             if failures >= self.MAX_ATTEMPTS:
                 del self._attempts[trace_id]
-                self.dropped_traces += 1
-                held = self._drop_log.due()
-                if held is not None:
-                    _log.error(
-                        "agent-replay: dropping trace %s (%d spans) after %d failed writes%s",
-                        trace_id,
-                        len(trace),
-                        failures,
-                        f"; {held} more dropped since the last message" if held else "",
-                    )
+                done = self._done.pop(trace_id, None)
+                if done is not None:
+                    self.remembered_bytes -= done[1]
+                self._drop(trace_id, trace, f"after {failures} failed writes")
                 continue
-            trace.update(self._pending.get(trace_id, {}))
-            self._pending[trace_id] = trace
-            self._complete.add(trace_id)
+            self._unwritten(trace_id, trace)
+
+    def _drop(self, trace_id: str, trace: Mapping[str, NormalizedSpan], why: str) -> None:
+        self.dropped_traces += 1
+        self._held.pop(trace_id, None)
+        held = self._drop_log.due()
+        if held is not None:
+            _log.error(
+                "agent-replay: dropping trace %s (%d spans) %s%s",
+                trace_id,
+                len(trace),
+                why,
+                f"; {held} more dropped since the last message" if held else "",
+            )
+
+    def close_report(self) -> None:
+        """Log what is lost for good when capture stops: spans still buffered (the store
+        never took them back) and drops whose line was held back."""
+        held = self._drop_log._held
+        if self._pending:
+            _log.error(
+                "agent-replay: %d spans of %d traces were never stored (%s)",
+                self.pending_spans,
+                len(self._pending),
+                "the store did not take writes" if self.store_failing else "stopped while buffered",
+            )
+        if held:
+            _log.error(
+                "agent-replay: %d traces dropped in all (%d not logged one by one)",
+                self.dropped_traces,
+                held,
+            )
 
 
 def _incomplete(trajectory: Trajectory, lost: Mapping[str, int]) -> Trajectory:
@@ -285,12 +403,16 @@ def merged_with_stored(
     that session, a continuation of it that reads only the stored session's end (so a
     conversation of n traces costs O(n), not O(n²) loads and seals); otherwise merged with the
     whole stored session (also when ``follow`` is false; ``covered`` as in :func:`merge`);
-    itself when there is none, when it cannot be read (said in ``warnings`` if given, else
-    logged), or when ``replace_untraced`` and the stored one was not captured from traces.
+    itself when there is none, or when ``replace_untraced`` and neither it nor the stored one
+    was captured from traces.
 
     A trajectory captured from traces never merges into a session that was not (a native
     run whose id a conversation id happens to equal), nor takes the id of a native run still
-    in progress in this process: without ``replace_untraced`` it goes to ``<id>.otel``."""
+    in progress in this process: without ``replace_untraced`` it goes to ``<id>.otel``. Nor
+    does it replace a stored session whose content is damaged (:class:`ChainIntegrityError`):
+    that one is kept for inspection and it goes to ``<id>.unmerged`` (said in ``warnings`` if
+    given, else logged). A session that cannot be read for now (:class:`StoreError`: a full
+    disk, a lock) raises: the caller keeps the spans and tries again later."""
     traced = bool(trajectory.metadata.get("trace_ids"))
     if traced and not replace_untraced and native_run_in_progress(trajectory.session_id):
         return _aside(store, trajectory, follow, covered, warnings)
@@ -302,13 +424,18 @@ def merged_with_stored(
             if continuation is not None:
                 return continuation
         old = store.load(trajectory.session_id)
-    except AgentReplayError as exc:
-        message = f"replacing unreadable session {trajectory.session_id}: {exc}"
+    except ChainIntegrityError as exc:
+        if replace_untraced and not traced:
+            return trajectory  # the whole session, given again
+        message = (
+            f"session {trajectory.session_id} is damaged ({exc}): kept as it is for "
+            f"inspection; the new capture goes to {trajectory.session_id}.unmerged"
+        )
         if warnings is None:
             _log.warning("agent-replay: %s", message)
         else:
             warnings.append(message)
-        return trajectory
+        return _aside(store, trajectory, follow, covered, warnings, suffix=".unmerged")
     if not old.metadata.get("trace_ids"):
         if replace_untraced:
             return trajectory
@@ -323,16 +450,19 @@ def _aside(
     follow: bool,
     covered: Collection[tuple[str, str]] | None,
     warnings: list[str] | None,
+    suffix: str = ".otel",
 ) -> Trajectory | Continuation:
-    """``trajectory`` under ``<id>.otel``, merged with what is stored there: its id belongs
-    to a session that was not captured from traces (see :func:`merged_with_stored`)."""
-    moved = replace(trajectory, session_id=f"{trajectory.session_id}.otel")
-    _log.info(
-        "agent-replay: session %r is a native run; spans captured with that conversation id "
-        "go to %r",
-        trajectory.session_id,
-        moved.session_id,
-    )
+    """``trajectory`` under ``<id><suffix>``, merged with what is stored there: its id belongs
+    to a session that was not captured from traces, or whose content is damaged (see
+    :func:`merged_with_stored`)."""
+    moved = replace(trajectory, session_id=f"{trajectory.session_id}{suffix}")
+    if suffix == ".otel":
+        _log.info(
+            "agent-replay: session %r is a native run; spans captured with that conversation "
+            "id go to %r",
+            trajectory.session_id,
+            moved.session_id,
+        )
     return merged_with_stored(
         store, moved, follow=follow, covered=covered, replace_untraced=False, warnings=warnings
     )
@@ -403,7 +533,11 @@ def save_merged(
         taken, gone = adopt(store, trajectories, covered)
         # read before merging: a write after this is caught, one before is merged (or, at
         # worst, caught too and merged on the next attempt)
-        ids = {sid for t in taken for sid in (t.session_id, f"{t.session_id}.otel")}
+        ids = {
+            sid
+            for t in taken
+            for sid in (t.session_id, f"{t.session_id}.otel", f"{t.session_id}.unmerged")
+        }
         read = store.digests(ids)
         items = [
             merged_with_stored(store, t, follow=follow, covered=covered, **options) for t in taken
