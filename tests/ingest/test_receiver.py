@@ -512,6 +512,36 @@ def test_overload_answers_503_and_429_with_retry_after(served, db_path):
     assert len(pending_ids(db_path)) == 4
 
 
+def test_a_store_that_keeps_failing_asks_clients_to_wait_longer_and_logs_once(
+    served, monkeypatch, caplog
+):
+    """A full disk for minutes: the Retry-After doubles from 1 s (a fixed second let the
+    OTel exporters spend their six retries in five seconds and drop the batch), and the log
+    holds one traceback, not one per request."""
+    from agent_replay.errors import StoreError
+
+    collector, _store = served()
+    sink = collector.receiver.sink
+    real, failures = sink.add, []
+
+    def add(spans, logs):
+        if len(failures) < 6:
+            failures.append(1)
+            raise StoreError("database or disk is full")
+        return real(spans, logs)
+
+    monkeypatch.setattr(sink, "add", add)
+    waits = []
+    for _ in range(6):
+        answer = post(collector, otlp_json_request(), "application/json")
+        assert answer.status_code == 503 and "disk is full" in answer.json()["message"]
+        waits.append(answer.headers["Retry-After"])
+    assert waits == ["1", "2", "4", "8", "16", "30"]
+    assert post(collector, otlp_json_request(), "application/json").status_code == 200
+    failed = [r for r in caplog.records if "failed to commit received spans" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info
+
+
 def test_real_exporter_retries_through_a_slow_disk_and_stores_once(served, db_path):
     collector, _store = served(config=fast_config(ack_timeout=0.3))
     lock = _lock_store(db_path)

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..mapping.spans import NormalizedSpan, from_readable_span
 from ..store import CheckpointStore, open_store
-from ..store.sink import LogThrottle, SpanSink
+from ..store.sink import ErrorLog, SpanSink
 from .context import (
     CLAIMED_SPANS,
     INTERCEPTED_ATTRIBUTE,
@@ -50,26 +50,7 @@ _STEP_KIND_ATTRIBUTE = "agent_replay.step.kind"
 _MAX_SKIPPED = 65_536
 
 
-class _ErrorLog:
-    """Counts worker errors and logs them without flooding the application's log: a worker
-    that fails on every flush (a deleted store) logs the first error and then at most one a
-    minute, instead of a traceback twice a second."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.count = 0
-        self._throttle = LogThrottle()
-
-    def record(self) -> None:
-        """Call from an ``except`` block."""
-        self.count += 1
-        held = self._throttle.due()
-        if held is not None:
-            suffix = f" ({held} similar errors not logged)" if held else ""
-            _log.exception("agent-replay: failed to %s%s", self.what, suffix)
-
-
-def _normalize(spans: Sequence[ReadableSpan], errors: _ErrorLog) -> list[NormalizedSpan]:
+def _normalize(spans: Sequence[ReadableSpan], errors: ErrorLog) -> list[NormalizedSpan]:
     """Normalised, storable copies of ``spans``; one unreadable span costs only itself."""
     out = []
     for span in spans:
@@ -128,7 +109,7 @@ class TrajectorySpanProcessor(SpanProcessor):
             idle_seconds=self._trace_idle_seconds,
             remember_bytes=self._remember_bytes,
         )
-        self._errors = _ErrorLog("store captured spans")
+        self._errors = ErrorLog("store captured spans", _log)
         self._queue: deque[ReadableSpan] = deque()
         # span id -> whether spans started under it are skipped too (native step spans)
         self._skip: dict[int, bool] = {}
@@ -331,7 +312,7 @@ class TrajectorySpanExporter(SpanExporter):
         *,
         trace_idle_seconds: float = 30.0,
     ) -> None:
-        self._errors = _ErrorLog("store exported spans")
+        self._errors = ErrorLog("store exported spans", _log)
         self._lock = threading.Lock()
         self.store: CheckpointStore | None = None
         self._owns_store = False

@@ -69,6 +69,26 @@ class LogThrottle:
         return held
 
 
+class ErrorLog:
+    """Counts a worker's errors and logs them without flooding the application's log: one
+    that fails on every round (a deleted or full store) logs the first error with its
+    traceback and then at most one line a minute, saying how many it held back."""
+
+    def __init__(self, what: str, logger: logging.Logger | None = None) -> None:
+        self.what = what
+        self.count = 0
+        self._log = logger or _log
+        self._throttle = LogThrottle()
+
+    def record(self) -> None:
+        """Call from an ``except`` block."""
+        self.count += 1
+        held = self._throttle.due()
+        if held is not None:
+            suffix = f" ({held} similar errors not logged)" if held else ""
+            self._log.exception("agent-replay: failed to %s%s", self.what, suffix)
+
+
 class SpanSink:
     """Buffers spans by trace and writes assembled trajectories to ``store``.
 

@@ -41,7 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from ...mapping.spans import LogEvent, NormalizedSpan
 from ...store import CheckpointStore
-from ...store.sink import DurableSpanSink
+from ...store.sink import DurableSpanSink, ErrorLog
 from .. import compression
 from ..otlp import (
     Decoded,
@@ -64,6 +64,8 @@ __all__ = [
     "UnsupportedMediaType",
 ]
 
+# the longest Retry-After asked while the store keeps failing (it doubles from retry_after)
+MAX_STORE_RETRY_AFTER = 30.0
 _log = logging.getLogger(__name__)
 TRACES, LOGS = "traces", "logs"
 MAX_REASONS = 3  # rejected-record reasons quoted in a partial-success message
@@ -175,6 +177,11 @@ class Receiver:
             retain_seconds=self.config.retain_seconds,
         )
         self.stats = Stats()
+        # one traceback, then at most a line a minute, while the store fails every round
+        self._commit_errors = ErrorLog("commit received spans (answered 503)", _log)
+        self._assemble_errors = ErrorLog("assemble received traces (they wait; will retry)", _log)
+        self._purge_errors = ErrorLog("purge assembled spans (will retry)", _log)
+        self._store_failures = 0  # commits failed in a row: the Retry-After grows with them
         self._lock = threading.Condition()
         self._queue: list[_Item] = []
         self._uncommitted = 0
@@ -386,9 +393,12 @@ class Receiver:
                 retry_after=config.retry_after,
             )
         if item.error is not None:
+            # a store that keeps failing (a full disk) asks clients to wait longer each time:
+            # a fixed second let an exporter spend its six retries in five
+            backoff = config.retry_after * 2 ** max(0, self._store_failures - 1)
             raise Unavailable(
                 f"the store failed ({type(item.error).__name__}: {item.error})",
-                retry_after=config.retry_after,
+                retry_after=min(MAX_STORE_RETRY_AFTER, backoff),
             )
 
     # -- threads ----------------------------------------------------------------------------
@@ -407,10 +417,11 @@ class Receiver:
             try:
                 new_spans, new_logs = self.sink.add(spans, logs)
             except Exception as exc:  # answered as 503: the client retries
-                _log.exception("agent-replay: committing received spans failed")
+                self._commit_errors.record()
                 error = exc
             with self._lock:
                 self._uncommitted -= sum(item.size for item in batch)
+                self._store_failures = 0 if error is None else self._store_failures + 1
                 if error is None:
                     self.stats.spans_stored += new_spans
                     self.stats.logs_stored += new_logs
@@ -426,12 +437,12 @@ class Receiver:
             try:
                 self.sink.assemble_ready()
             except Exception:
-                _log.exception("agent-replay: assembling received traces failed; will retry")
+                self._assemble_errors.record()
             if time.monotonic() - last_purge > 60:
                 try:
                     self.sink.purge()
                 except Exception:
-                    _log.exception("agent-replay: purging assembled spans failed; will retry")
+                    self._purge_errors.record()
                 last_purge = time.monotonic()
 
     def count_error(self, error: BaseException) -> None:
