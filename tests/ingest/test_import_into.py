@@ -208,3 +208,27 @@ def test_a_large_json_lines_file_is_read_in_blocks_with_the_same_result(
     assert stored_blocks == stored_whole and list(stored_whole) == [CONV]
     assert blocks.warnings == whole.warnings and "line 9" in whole.warnings[0]
     assert blocks.sources[0].spans == whole.sources[0].spans == sum(map(len, TURNS)) * 3 - 2
+
+
+def test_a_clean_up_that_fails_after_everything_is_stored_is_a_warning(
+    generated, db_path, monkeypatch
+):
+    """On a full disk the import stored everything and then failed to delete its staged rows:
+    it said 'Error' and exited 1 with no summary."""
+    from agent_replay.errors import StoreError
+
+    paths = [generated / name for name in GENERATED_NAMES]
+    with CheckpointStore(db_path) as store:
+        real = store.forget_pending
+        monkeypatch.setattr(
+            store,
+            "forget_pending",
+            lambda ids: (_ for _ in ()).throw(StoreError("database or disk is full")),
+        )
+        result = import_into(store, paths)
+        assert not result.errors and [s.session_id for s in result.sessions] == ["conv_1"]
+        assert "could not be cleared" in result.warnings[0]
+        assert store.pending_counts()["spans_assembled"] > 0
+        monkeypatch.setattr(store, "forget_pending", real)
+        again = import_into(store, paths)  # what the warning says to do
+        assert not again.warnings and store.pending_counts()["spans_assembled"] == 0

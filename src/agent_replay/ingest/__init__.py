@@ -844,7 +844,13 @@ def _assemble_staged(
         sink.assemble_traces(batch, annotate=staged.annotated, on_saved=saved)
         if on_assembled is not None:
             on_assembled(start + len(batch), len(traces))
-    sink.store.forget_pending(traces)
+    try:
+        sink.store.forget_pending(traces)
+    except StoreError as exc:  # everything is stored: only the clean-up is left undone
+        result.warnings.append(
+            f"the import is complete, but its staged spans could not be cleared from the store "
+            f"({exc}); they take space until the same files are imported again"
+        )
     for trace_id, why in sink.failed_traces.items():
         result.warnings.append(
             f"trace {trace_id} could not be assembled ({why}); its spans stay staged in the "
