@@ -370,3 +370,35 @@ def test_the_write_ahead_log_is_truncated_after_a_checkpoint(db_path):
         store.save(record(lambda ctx: ctx.llm("s", produce=lambda: "x" * 1_000_000)))
         conn = store._conn()
         assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_LIMIT_BYTES
+
+
+def test_a_full_file_system_is_named_and_a_store_that_could_not_be_made_is_not_left_empty(
+    tmp_path, monkeypatch
+):
+    import agent_replay.store.sqlite as sqlite_module
+
+    class Full:
+        f_bavail, f_frsize, f_flag = 0, 4096, 0
+
+    monkeypatch.setattr(sqlite_module.os, "statvfs", lambda path: Full())
+    path = tmp_path / "new.sqlite"
+    real_connect = sqlite3.connect
+
+    class NoRoom:  # SQLite's answer on a full disk, at the first write
+        def __init__(self, conn):
+            self._conn = conn
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode"):
+                raise sqlite3.OperationalError("database or disk is full")
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+    monkeypatch.setattr(
+        sqlite_module.sqlite3, "connect", lambda *a, **k: NoRoom(real_connect(*a, **k))
+    )
+    with pytest.raises(StoreError, match=r"disk is full\); its file system is full$"):
+        CheckpointStore(path)
+    assert not path.exists()

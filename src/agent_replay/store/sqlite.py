@@ -251,7 +251,9 @@ class CheckpointStore:
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         except _SQLITE_FAILURES as exc:
             if self.path.exists():
-                raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from exc
+                raise StoreError(
+                    f"{self.path}: not a usable SQLite database ({exc}){_full_disk(self.path)}"
+                ) from exc
             where = self.path.absolute().parent
             if not where.is_dir():
                 why = f"{where} is not a directory"
@@ -308,6 +310,7 @@ class CheckpointStore:
                     raise StoreError(
                         f"{self.path}: not a SQLite database (agent-replay store expected)"
                     )
+        created = not self.path.exists()
         conn = self._conn()
         try:
             # Identify the file before changing anything in it: enabling WAL is persistent, and
@@ -347,10 +350,13 @@ class CheckpointStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             self.close()
+            if created and self.path.is_file() and self.path.stat().st_size == 0:
+                self.path.unlink()  # not left behind as an empty "store" (a full disk)
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(
                 f"{self.path}: cannot be opened as an agent-replay store ({exc})"
+                f"{_full_disk(self.path)}"
             ) from exc
 
     def _inspect(self, conn: sqlite3.Connection) -> tuple[int, bool, int]:
@@ -1005,6 +1011,19 @@ def _unwritable(path: Path) -> str | None:
     if not os.access(path, os.W_OK):
         return "the file is not writable by this user"
     return None
+
+
+def _full_disk(path: Path) -> str:
+    """A note for an error when the file system holding ``path`` is (nearly) full."""
+    try:
+        stats = os.statvfs(path.absolute().parent)
+    except (OSError, AttributeError):
+        return ""
+    if stats.f_bavail * stats.f_frsize >= 1 << 20:
+        return ""
+    return "; its file system is full" + (
+        ", and SQLite needs room beside the store even to read it" if path.exists() else ""
+    )
 
 
 def _on_read_only_file_system(path: Path) -> bool:
