@@ -18,10 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent_replay.attribution import attribute
-from agent_replay.errors import ImportFormatError
+from agent_replay import (
+    HoldPolicy,
+    ImportFormatError,
+    ScriptedPolicy,
+    attribute,
+    replayable_agent,
+)
 from agent_replay.ingest import load
-from agent_replay.replay import HoldPolicy, ScriptedPolicy, replayable_agent
 
 SAMPLE = "microsoft-agent-2025-10-14.json"
 

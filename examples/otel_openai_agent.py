@@ -27,10 +27,8 @@ import openai
 from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_replay import CheckpointStore, replayable_agent
-from agent_replay.attribution import attribute
+from agent_replay import CheckpointStore, ScriptedPolicy, attribute, replayable_agent
 from agent_replay.otel import attach
-from agent_replay.replay import ScriptedPolicy
 
 RECORDED = [  # what the (mock) model answered in the recorded run
     "I will answer from memory.",

@@ -13,7 +13,8 @@ import pytest
 mypy_api = pytest.importorskip("mypy.api")
 
 PROGRAM = """
-    from agent_replay import Session, attribute, instrument
+    import agent_replay
+    from agent_replay import AttributionResult, ScriptedPolicy, Session, attribute, instrument
     from agent_replay.capture.context import AgentContext, AsyncAgentContext
 
 
@@ -40,6 +41,14 @@ PROGRAM = """
     reveal_type(attribute)
     reveal_type(Session)
     search(123)
+
+
+    def explained(result: AttributionResult) -> None:
+        result.explain(12345)  # a trajectory or report, not a number
+
+
+    reveal_type(agent_replay.otel.attach)
+    reveal_type(ScriptedPolicy)
 """
 
 
@@ -57,4 +66,6 @@ def test_the_public_api_is_typed_for_users(tmp_path: Path) -> None:
     assert "[unused-coroutine]" in out  # the missed await
     assert 'Argument 1 to "search" has incompatible type "int"' in out
     assert 'Revealed type is "Any"' not in out, out  # attribute and Session are typed
-    assert sum("error:" in line for line in lines) == 2, out
+    assert 'Argument 1 to "explain" of "AttributionResult" has incompatible type' in out
+    assert 'Revealed type is "def (store:' in out  # agent_replay.otel without an import
+    assert sum("error:" in line for line in lines) == 3, out

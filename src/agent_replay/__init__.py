@@ -1,4 +1,11 @@
-"""agent-replay: which step made your agent fail, why, and what fix would have saved it."""
+"""agent-replay: which step made your agent fail, why, and what fix would have saved it.
+
+The submodules users call directly (``agent_replay.otel``, ``ingest``, ``interop``,
+``report``) are imported on first use, so ``import agent_replay`` stays light.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import instrument
 from ._version import __version__
@@ -20,8 +27,11 @@ from .errors import (
     ChainIntegrityError,
     FailedRunError,
     ImportFormatError,
+    PatchTargetError,
     PlanError,
+    RecordedStepError,
     ReplayDivergenceError,
+    SessionChangedError,
     SessionNotFoundError,
     SideEffectBlockedError,
     StoreError,
@@ -30,10 +40,16 @@ from .errors import (
 )
 from .model import Lineage, Outcome, Step, StepKind, Trajectory
 from .replay import (
+    Divergence,
+    HoldPolicy,
+    OpenAIChatPolicy,
     PolicyError,
     ReplayAgent,
     ReplayPlan,
     ReplayResult,
+    ResamplePolicy,
+    ResampleRequest,
+    ScriptedPolicy,
     TrajectoryDiff,
     afork,
     areplay,
@@ -48,6 +64,18 @@ from .rollouts import AblationEngine, RolloutCache, RolloutEngine
 from .session import Session
 from .store import CheckpointStore
 
+if TYPE_CHECKING:
+    from . import ingest, interop, otel, report
+
+_SUBMODULES = ("ingest", "interop", "otel", "report")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AblationEngine",
     "AgentContext",
@@ -57,19 +85,28 @@ __all__ = [
     "CanonicalEncodingError",
     "ChainIntegrityError",
     "CheckpointStore",
+    "Divergence",
     "FailedRunError",
+    "HoldPolicy",
     "ImportFormatError",
     "Lineage",
+    "OpenAIChatPolicy",
     "Outcome",
+    "PatchTargetError",
     "PlanError",
     "PolicyError",
+    "RecordedStepError",
     "ReplayAgent",
     "ReplayDivergenceError",
     "ReplayPlan",
     "ReplayResult",
+    "ResamplePolicy",
+    "ResampleRequest",
     "RolloutCache",
     "RolloutEngine",
+    "ScriptedPolicy",
     "Session",
+    "SessionChangedError",
     "SessionNotFoundError",
     "SideEffectBlockedError",
     "Step",
@@ -93,9 +130,13 @@ __all__ = [
     "faithfulness",
     "find_minimal_repair",
     "fork",
+    "ingest",
     "instrument",
+    "interop",
+    "otel",
     "record",
     "replay",
     "replayable_agent",
+    "report",
     "resume",
 ]

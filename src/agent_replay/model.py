@@ -13,7 +13,7 @@ inside steps (``inputs``, ``action``, ...) are plain data; do not mutate them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -464,7 +464,7 @@ class Trajectory:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)
 
     def __getitem__(self, index: int) -> Step:

@@ -37,6 +37,7 @@ class Session:
         seed: int = 0,
         verifier: Verifier | None = None,
         metadata: Mapping[str, Any] | None = None,
+        capture_content: bool | None = None,
         pass_context: bool = True,
     ) -> Trajectory:
         """Record one run (see :func:`agent_replay.record`) and store it.
@@ -52,6 +53,7 @@ class Session:
             verifier=verifier,
             tracer_provider=self.tracer_provider,
             metadata=metadata,
+            capture_content=capture_content,
             pass_context=pass_context,
         )
         self.store.save(trajectory, replace=False)
@@ -66,6 +68,7 @@ class Session:
         seed: int = 0,
         verifier: Verifier | None = None,
         metadata: Mapping[str, Any] | None = None,
+        capture_content: bool | None = None,
         pass_context: bool = True,
     ) -> Trajectory:
         """:meth:`record` for ``async def`` agents inside an event loop."""
@@ -77,6 +80,7 @@ class Session:
             verifier=verifier,
             tracer_provider=self.tracer_provider,
             metadata=metadata,
+            capture_content=capture_content,
             pass_context=pass_context,
         )
         self.store.save(trajectory, replace=False)

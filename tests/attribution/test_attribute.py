@@ -298,6 +298,8 @@ def test_aggregate_finds_the_systematic_step():
     # the name tested is the one that came out ahead, so the sign test is two-sided: 5 to 0
     # (p = 2/32) is not enough at 95%, 6 to 0 (p = 2/64) is
     assert aggregate_runs(runs[:5], support_agent, refund_approved).systematic_culprit is None
+    with pytest.raises(TypeError, match="needs an agent"):  # it answered 'undecided' for all
+        aggregate_runs(runs, None, refund_approved)
     culprit = aggregate.steps[0]
     assert 1 <= culprit.measured_runs <= len(runs) and "where measured" in aggregate.to_text()
     for step in aggregate.steps:  # shares are of the failing runs, inside their intervals

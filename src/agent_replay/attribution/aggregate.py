@@ -131,6 +131,8 @@ def aggregate_runs(
     ``agent_for(trajectory)`` supplies a per-run agent (imported traces: a replay agent each);
     otherwise ``agent`` is used for all. Passing runs are skipped (listed in ``skipped``).
     """
+    if agent is None and agent_for is None:
+        raise TypeError("aggregate_runs needs an agent, or agent_for(trajectory) giving one")
     results, skipped = [], []
     for trajectory in trajectories:
         run_agent = agent_for(trajectory) if agent_for is not None else agent

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -116,7 +117,9 @@ def find_minimal_repair(
 
 
 def export_contrastive_pairs(
-    results: Sequence[Any], path: str, trajectories: Sequence[Any] | None = None
+    results: Sequence[Any],
+    path: str | os.PathLike[str],
+    trajectories: Sequence[Any] | None = None,
 ) -> int:
     """Write one JSON line per validated repair: the failing action (``rejected``) and the
     fix (``chosen``) with the step's context, for preference training. Returns the count.

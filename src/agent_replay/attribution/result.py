@@ -13,9 +13,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .stats import Interval
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext, TracerProvider
+
+    from ..model import Trajectory
+    from ..report.explain import Explanation
 
 __all__ = [
     "LIKELY",
@@ -342,13 +348,13 @@ class AttributionResult:
                 handle.write(text)
         return text
 
-    def explain(self, trajectory: Any = None) -> Any:
+    def explain(self, trajectory: Trajectory | Mapping[str, Any] | None = None) -> Explanation:
         """What / where / why / fix and the causal trace (:func:`agent_replay.report.explain`)."""
         from ..report.explain import explain
 
         return explain(self, trajectory)
 
-    def to_text(self, trajectory: Any = None) -> str:
+    def to_text(self, trajectory: Trajectory | Mapping[str, Any] | None = None) -> str:
         """The CLI's text summary (:func:`agent_replay.report.render_text`)."""
         from ..report.text import render_text
 
@@ -357,8 +363,8 @@ class AttributionResult:
     def to_html(
         self,
         path: str | os.PathLike[str] | None = None,
-        trajectory: Any = None,
-        explanation: Any = None,
+        trajectory: Trajectory | Mapping[str, Any] | None = None,
+        explanation: Explanation | None = None,
     ) -> str:
         """The standalone HTML report, written to ``path`` when given. Returns the HTML."""
         from ..report.html import render_html, write_html
@@ -369,8 +375,11 @@ class AttributionResult:
         return Path(path).read_text(encoding="utf-8")
 
     def to_otel(
-        self, tracer_provider: Any = None, trajectory: Any = None, explanation: Any = None
-    ) -> Any:
+        self,
+        tracer_provider: TracerProvider | None = None,
+        trajectory: Trajectory | Mapping[str, Any] | None = None,
+        explanation: Explanation | None = None,
+    ) -> SpanContext:
         """Emit the verdict as OTel spans linked to the original trace (:mod:`..report.otel`);
         with ``explanation`` (:meth:`explain`) its where / why / fix go on the root span."""
         from ..report.otel import to_otel

@@ -83,7 +83,7 @@ FORMATS = (
     "store",
 )
 _SQLITE = b"SQLite format 3\x00"
-Source = str | os.PathLike | bytes | bytearray | dict | list
+Source = str | os.PathLike[str] | bytes | bytearray | dict[str, Any] | list[Any]
 _OTLP_KEYS = (b'"resourceSpans"', b'"resourceLogs"', b'"resource_spans"', b'"resource_logs"')
 
 
