@@ -288,6 +288,25 @@ def test_whowhen_agent_names_are_normalised():
     assert algo.steps[0].action[0]["name"] == "Excel_Expert"
 
 
+@pytest.mark.timeout(20)
+def test_whowhen_roles_are_split_without_backtracking():
+    """Read by hand now (a regular expression took 15 s on an 80 KB role), the same way."""
+    from agent_replay.ingest.whowhen import agent_of
+
+    assert agent_of({"role": "Orchestrator (-> WebSurfer)"}) == (
+        "Orchestrator",
+        "-> WebSurfer",
+        "WebSurfer",
+    )
+    assert agent_of({"role": "Orchestrator (thought)"}) == ("Orchestrator", "thought", None)
+    assert agent_of({"role": "WebSurfer"}) == ("WebSurfer", None, None)
+    assert agent_of({"role": "a\n(b)"}) == ("a", "b", None)  # a line break before "("
+    assert agent_of({"role": "a (b\nc)"}) == ("a (b\nc)", None, None)  # not across lines
+    assert agent_of({"role": "b(\t\n()"}) == ("b(", "", None)
+    long = "a" + " " * 200_000 + "(x"
+    assert agent_of({"role": long}) == (long, None, None)
+
+
 def test_jsonl_step_records_sessions_and_whole_trajectories(tmp_path):
     path = tmp_path / "run.jsonl"
     lines = [

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+import pytest
+
 from agent_replay.mapping import DIALECTS, PRECEDENCE, Role, map_span, register_dialect
 from agent_replay.mapping.assemble import assemble
 from agent_replay.mapping.spans import LogEvent, NormalizedSpan, SpanEvent
@@ -315,6 +317,24 @@ def test_langsmith_otel_whole_inputs_in_gen_ai_prompt():
         )
     )
     assert tool.inputs == {"arguments": "Paris"} and tool.action == "rainy"
+
+
+@pytest.mark.timeout(20)
+def test_google_adk_agent_span_names_are_read_without_backtracking():
+    """A hostile span name of 120,000 characters held the receiver for two minutes (a
+    regular expression backtracked on it); the same names are read as before."""
+    for name, agent in (
+        ("agent_run [weather_agent]", "weather_agent"),
+        ("invoke_agent weather_agent", "weather_agent"),
+        ("agent_run[x y]", "x y"),
+        ("invoke_agent", None),
+        ("agent_run [a]b]", None),
+        ("invoke_agent " + " " * 200_000 + "]]", None),
+        ("invoke_agent [" + "a" * 200_000 + "]]", None),
+    ):
+        mapped = map_span(span(name=name, _scope="gcp.vertex.agent"))
+        assert mapped.agent == agent, name[:40]
+        assert (mapped.kind is StepKind.AGENT) == (agent is not None)
 
 
 def test_google_adk_request_response_and_tool():

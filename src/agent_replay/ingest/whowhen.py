@@ -17,7 +17,6 @@ it is in the run (two files write ``Websurfer``).
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePath
 from typing import Any
 
@@ -27,7 +26,6 @@ from ._common import Reject, trajectory_from_drafts
 __all__ = ["agent_of", "is_whowhen", "read_whowhen"]
 
 SOURCE = "import:whowhen"
-_PAREN = re.compile(r"^(.*?)\s*\((.*)\)\s*$")
 _TOOL_AGENTS = frozenset({"computer_terminal", "computerterminal"})
 _HUMAN = frozenset({"human", "user"})
 
@@ -47,10 +45,14 @@ def agent_of(entry: dict) -> tuple[str, str | None, str | None]:
     if isinstance(name, str) and name.strip():
         return name.strip(), None, None
     role = str(entry.get("role") or "unknown").strip()
-    match = _PAREN.match(role)
-    if not match:
+    # "Agent (phase)", neither part across lines: split at the first "(" after the last line
+    # break of a role ending in ")" (by hand: a regular expression for it backtracked
+    # quadratically on long roles)
+    start = role.find("(", role.rfind("\n", 0, len(role) - 1) + 1)
+    agent = role[: max(start, 0)].rstrip()
+    if start < 0 or not role.endswith(")") or "\n" in agent:
         return role, None, None
-    agent, phase = match.group(1).strip(), match.group(2).strip()
+    agent, phase = agent.strip(), role[start + 1 : -1].strip()
     addressee = phase[2:].strip() if phase.startswith("->") else None
     return agent or role, phase, addressee
 

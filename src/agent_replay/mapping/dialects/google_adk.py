@@ -30,7 +30,6 @@ the dialect also recognises ADK's tracer scope (``gcp.vertex.agent``).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...model import StepKind
@@ -43,7 +42,19 @@ NO_CONTENT = (
     "Google ADK recorded this step without its content; leave ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"
     " unset (it defaults to true) to make it replayable"
 )
-_AGENT_RUN = re.compile(r"^(?:agent_run|invoke_agent)\s*\[?([^\]]+)\]?$")
+
+
+def _agent_run(name: str) -> str | None:
+    """The agent named by an ``agent_run [name]`` / ``invoke_agent name`` span name. Not a
+    regular expression: the one this was backtracked quadratically on a hostile name (a
+    120,000-character one held the receiver for two minutes)."""
+    for prefix in ("agent_run", "invoke_agent"):
+        if name.startswith(prefix):
+            rest = name[len(prefix) :].lstrip()
+            rest = rest[1:] if rest.startswith("[") else rest
+            rest = rest[:-1] if rest.endswith("]") else rest
+            return rest if rest and "]" not in rest else None
+    return None
 
 
 def _present(attrs: Any, key: str) -> Any:
@@ -100,10 +111,10 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if span.scope_name != SCOPE and attrs.keys().isdisjoint(_MARKERS):
         return False
     mapped.set_conversation(attrs.get(PREFIX + "session_id"))
-    agent_run = _AGENT_RUN.match(span.name)
+    agent_run = _agent_run(span.name)
     if agent_run and mapped.role == Role.OTHER:
         mapped.role, mapped.kind = Role.AGENT, StepKind.AGENT
-        mapped.agent = mapped.agent or agent_run.group(1).strip()
+        mapped.agent = mapped.agent or agent_run.strip()
         mapped.name = mapped.name or mapped.agent
         return True
 
