@@ -70,6 +70,40 @@ def test_a_bomb_stops_at_the_limit(codec):
     assert len(compression.decompress(bomb, codec, 8 << 20)) == 8 << 20  # the limit itself
 
 
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_more_members_than_an_exporter_writes_are_refused(codec):
+    """Each member copied the rest of the body: 8 MiB of empty gzip members took 34 s (and
+    zstd frames 7 minutes) to refuse. An exporter writes one member."""
+    member = COMPRESS[codec](b"")
+    allowed = member * compression.MAX_MEMBERS
+    assert compression.decompress(allowed, codec) == b""
+    with pytest.raises(Undecodable, match="more than 1024 members or frames"):
+        compression.decompress(allowed + member * 400_000, codec)
+
+
+def test_a_small_compressed_file_that_inflates_far_is_read_in_blocks(tmp_path, monkeypatch):
+    """Compressed files under 512 KiB were inflated whole into memory (64 KiB of zstd held
+    2 GiB); every compressed OTLP file is now read block by block, and a compressed file of
+    another format, read whole, stops at MAX_WHOLE_INFLATED."""
+    line = json.dumps({"resourceSpans": []}).encode() + b"\n"
+    path = tmp_path / "spans.jsonl.zst"
+    path.write_bytes(zstd_compress(line * 200_000))
+    assert path.stat().st_size < 64 << 10
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 1 << 20)
+    blocks = []
+    real = ingest._blocks
+    monkeypatch.setattr(ingest, "_blocks", lambda *a: (blocks.append(b) or b for b in real(*a)))
+    result = load_many([path])
+    assert not result.errors and len(blocks) > 1  # read in blocks, not whole
+    monkeypatch.setattr(ingest, "MAX_WHOLE_INFLATED", 1 << 20)
+    document = tmp_path / "langfuse.json.gz"
+    document.write_bytes(
+        gzip.compress(b'{"trace": {}, "observations": [' + b" " * (2 << 20) + b"]}")
+    )
+    (error,) = load_many([document]).errors
+    assert "inflates beyond 1 MiB" in str(error)
+
+
 @pytest.mark.parametrize("codec", sorted(COMPRESS))
 def test_cut_and_corrupt_data_are_undecodable(codec):
     packed = COMPRESS[codec](b"x" * 5000 + bytes(range(256)))

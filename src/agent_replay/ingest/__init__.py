@@ -146,16 +146,21 @@ def _read(source: Any, name: str) -> Any:
     return source
 
 
+#: how far a compressed file that is read whole (not an OTLP file, which is read in blocks)
+#: may inflate: it is held in memory, and then parsed
+MAX_WHOLE_INFLATED = 1 << 30
+
+
 def _decompress(data: bytes, name: str) -> tuple[bytes, str | None]:
     """``data`` inflated when it is gzip or zstd, and what stopped it early: damaged
     compressed data is read up to the damage (:func:`compression.salvaging`, as a large file
     is), and its rejection says what was lost. Raises :class:`ImportFormatError` when nothing
-    could be inflated, or beyond :data:`compression.MAX_INFLATED`."""
+    could be inflated, or beyond :data:`MAX_WHOLE_INFLATED`."""
     codec = compression.kind(data)
     if codec is None:
         return data, None
     try:
-        with compression.salvaging(io.BytesIO(data), codec) as stream:
+        with compression.salvaging(io.BytesIO(data), codec, MAX_WHOLE_INFLATED) as stream:
             out, error = stream.read(), stream.raw.error
     except compression.Undecodable as exc:  # no codec for it
         raise ImportFormatError(str(exc), source=name) from None
@@ -515,7 +520,9 @@ def _large(source: Source, format: str) -> tuple[str | None, int] | None:
         return None  # read whole, which reports what is wrong
     codec = compression.kind(head)
     framed = compression.kind(head[4:]) == compression.ZSTD  # zstd'd length-prefixed messages
-    if size <= (BLOCK_BYTES // 16 if codec or framed else BLOCK_BYTES):
+    # a compressed file of any size: how far it inflates is not known until it is read (64 KiB
+    # of zstd inflated to 2 GiB, all held in memory when small files were read whole)
+    if not codec and size <= (BLOCK_BYTES // 16 if framed else BLOCK_BYTES):
         return None
     return codec, size
 

@@ -897,6 +897,10 @@ def decode_messages(
     return out
 
 
+#: how far one zstd'd message of a Collector file may inflate (one export batch: megabytes)
+MAX_RECORD_INFLATED = 256 << 20
+
+
 def _decode_record(payload: bytes, prefix: str) -> Decoded:
     """One message of a length-prefixed stream: an OTLP protobuf message, or a zstd frame
     holding one or an OTLP/JSON document (the Collector's file exporter with
@@ -904,7 +908,7 @@ def _decode_record(payload: bytes, prefix: str) -> Decoded:
     if compression.kind(payload) != compression.ZSTD:
         return _decode_one_proto(payload, prefix)
     try:
-        payload = compression.decompress(payload, compression.ZSTD)
+        payload = compression.decompress(payload, compression.ZSTD, MAX_RECORD_INFLATED)
     except compression.Undecodable as exc:
         raise Malformed(str(exc), prefix) from None
     if payload.lstrip()[:1] != b"{":
