@@ -217,3 +217,15 @@ def test_the_sessions_page_lists_the_newest_and_says_how_many_match(tmp_path, mo
     assert listed(home) == ["s4", "s3", "s2"] and "the newest of 5" in home
     assert listed(found) == ["s1"] and "the newest of" not in found
     assert session.count('<option value="s') == 3  # s4, s3, s2: the newest others
+
+
+def test_a_page_asked_for_under_another_host_name_is_refused(console_url):
+    """DNS rebinding: a web page whose name resolves to 127.0.0.1 read every session (and the
+    store's path) through the console, which answered any Host."""
+    for host, status in (("attacker.example", 421), ("localhost", 200)):
+        request = urllib.request.Request(console_url + "/", headers={"Host": host})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == status == 200
+        except urllib.error.HTTPError as error:
+            assert error.code == status == 421

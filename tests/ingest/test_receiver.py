@@ -338,7 +338,7 @@ def test_a_refused_request_does_not_spoil_its_kept_alive_connection(served, db_p
 
     def request(token):
         return (
-            f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode() + body
 
@@ -381,7 +381,8 @@ def test_ambiguous_body_framing_is_refused_and_the_connection_closed(served, fra
     body = otlp_json_request()
     head = "\r\n".join(line.format(n=len(body)) for line in framing)
     request = (
-        f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}\r\n\r\n"
+        "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{head}\r\n\r\n"
     ).encode() + body
     conn = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
     reader = conn.makefile("rb")
@@ -410,7 +411,7 @@ def test_stop_waits_for_a_request_whose_body_is_still_arriving(served, db_path):
     collector, store = served()
     body = otlp_json_request()
     head = (
-        f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     idle = socket.create_connection(("127.0.0.1", collector.http_port), timeout=10)
@@ -540,6 +541,47 @@ def test_a_store_that_keeps_failing_asks_clients_to_wait_longer_and_logs_once(
     assert post(collector, otlp_json_request(), "application/json").status_code == 200
     failed = [r for r in caplog.records if "failed to commit received spans" in r.getMessage()]
     assert len(failed) == 1 and failed[0].exc_info
+
+
+def test_memory_held_by_requests_is_bounded_and_one_request_always_passes(served):
+    """Bodies were read and inflated before any admission: a hundred small gzip bombs held
+    4.8 GB, six 440 KB requests 7.6 GB. Now what requests hold together is bounded
+    (max_inflight_bytes): past it they wait with 429, and one request alone always passes."""
+    import gzip
+    import socket
+
+    collector, _store = served(
+        config=fast_config(max_body_bytes=4 << 20, max_inflight_bytes=1 << 20)
+    )
+    body = otlp_json_request()
+    # a request whose 800 KB body is still arriving holds 800 KB
+    slow = socket.create_connection(("127.0.0.1", collector.http_port))
+    slow.sendall(
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 800000\r\n\r\n" + b" " * 1000
+    )
+    deadline = time.monotonic() + 5
+    while collector.receiver._held_bytes < 800_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        bigger = post(collector, body + b" " * 300_000, "application/json")
+        assert bigger.status_code == 429 and "being read and decoded" in bigger.json()["message"]
+        bomb = gzip.compress(b" " * (3 << 20))
+        inflating = post(collector, bomb, "application/json", **{"Content-Encoding": "gzip"})
+        assert inflating.status_code == 429 and "inflates beyond" in inflating.json()["message"]
+        assert post(collector, body, "application/json").status_code == 200  # it fits
+    finally:
+        slow.close()
+    deadline = time.monotonic() + 5
+    while collector.receiver._held_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert collector.receiver._held_bytes == 0
+    alone = post(collector, body + b" " * (2 << 20), "application/json")  # over the budget
+    assert alone.status_code == 200
+    bomb = gzip.compress(b" " * (5 << 20))
+    assert (
+        post(collector, bomb, "application/json", **{"Content-Encoding": "gzip"}).status_code == 413
+    )
 
 
 def test_real_exporter_retries_through_a_slow_disk_and_stores_once(served, db_path):
@@ -732,3 +774,12 @@ def test_oversize_headers_get_a_json_status_not_an_html_page(served):
     assert reply.headers["Content-Type"] == "application/json"
     assert reply.json()["code"] == 3 and "431" in reply.json()["message"]
     assert post(collector, b"{}", "application/json").status_code == 200
+
+
+def test_on_loopback_an_export_naming_another_host_is_refused(served, db_path):
+    """DNS rebinding let a web page plant sessions in the tokenless loopback receiver."""
+    collector, _store = served()
+    planted = post(collector, otlp_json_request(), "application/json", Host="attacker.example")
+    assert planted.status_code == 421
+    assert post(collector, otlp_json_request(), "application/json").status_code == 200
+    assert len(pending_ids(db_path)) == 4

@@ -1,4 +1,6 @@
-"""The HTTP side of the console: ``ThreadingHTTPServer`` in front of :class:`Console`.
+"""The HTTP side of the console: a :class:`~agent_replay.httpserver.GuardedHTTPServer` in
+front of :class:`Console` (connections capped, idle ones closed after 30 s, request heads on
+a deadline, and on loopback, requests naming another host refused: DNS rebinding).
 
 Only ``GET`` and ``HEAD`` are served (the console is read-only); anything else is 405. Each
 request runs on its own thread; store reads go through the console's small fixed pool.
@@ -7,10 +9,10 @@ request runs on its own thread; store reads go through the console's small fixed
 from __future__ import annotations
 
 import logging
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ..httpserver import GuardedHandler, GuardedHTTPServer
 from .app import Console
 
 __all__ = ["make_server", "serve"]
@@ -18,12 +20,13 @@ __all__ = ["make_server", "serve"]
 _log = logging.getLogger(__name__)
 
 
-def make_server(console: Console, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+def make_server(console: Console, host: str = "127.0.0.1", port: int = 8765) -> GuardedHTTPServer:
     """A server bound to ``host:port`` (port 0 picks a free one); call ``serve_forever``."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(GuardedHandler):
         server_version = "agent-replay-console"
         sys_version = ""
+        timeout = 30  # an idle connection is closed after this (it was held forever)
 
         def _respond(self, head_only: bool) -> None:
             response = console.handle(self.command, self.path)
@@ -53,9 +56,7 @@ def make_server(console: Console, host: str = "127.0.0.1", port: int = 8765) -> 
         def log_message(self, format: str, *args: object) -> None:
             _log.info("%s %s", self.address_string(), format % args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return GuardedHTTPServer((host, port), Handler)
 
 
 def serve(

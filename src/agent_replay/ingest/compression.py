@@ -117,8 +117,7 @@ def decompress(data: bytes, codec: str, limit: int = MAX_INFLATED) -> bytes:
     while data:  # nothing at all inflates to nothing, as a stream reads it
         if len(parts) == MAX_MEMBERS:  # each member copies the rest: quadratic past a few
             raise Undecodable(
-                f"{codec} data of more than {MAX_MEMBERS} members or frames (an exporter "
-                "sends one)"
+                f"{codec} data of more than {MAX_MEMBERS} members or frames (an exporter sends one)"
             )
         inflater = _decompressor(codec)
         try:

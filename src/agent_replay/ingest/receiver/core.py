@@ -127,6 +127,10 @@ class ReceiverConfig:
     """Receiver limits and behaviour (defaults suit a loopback sidecar)."""
 
     max_body_bytes: int = 64 << 20  # after decompression, as OTLP recommends
+    # request bodies held at once (read, inflated and being decoded, which takes up to about
+    # twenty times their size): past it a request waits its turn with 429. One request is
+    # always taken, so the largest body allowed still passes alone
+    max_inflight_bytes: int = 64 << 20
     max_inflight: int = 64
     max_queued: int = 200_000  # spans and log records received but not yet committed
     ack_timeout: float = 30.0
@@ -136,6 +140,20 @@ class ReceiverConfig:
     assemble_interval: float = 0.5
     token: str | None = None  # bearer token required when set
     source: str = "otel"
+
+
+class Hold:
+    """The memory one request holds, in bytes: :meth:`grow` it before taking more (reading
+    the body, inflating it); raises :class:`Overloaded` (429) when the requests being read
+    and decoded would hold more than ``max_inflight_bytes`` together, unless no other
+    request holds any (a body up to ``max_body_bytes`` always passes alone)."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        self.size = 0
+
+    def grow(self, size: int) -> None:
+        self.receiver._hold(self, size)
 
 
 @dataclass
@@ -182,6 +200,7 @@ class Receiver:
         self._assemble_errors = ErrorLog("assemble received traces (they wait; will retry)", _log)
         self._purge_errors = ErrorLog("purge assembled spans (will retry)", _log)
         self._store_failures = 0  # commits failed in a row: the Retry-After grows with them
+        self._held_bytes = 0  # request bodies held in memory (Hold)
         self._lock = threading.Condition()
         self._queue: list[_Item] = []
         self._uncommitted = 0
@@ -284,9 +303,41 @@ class Receiver:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def decompress(self, body: bytes, encoding: str | None) -> bytes:
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[Hold]:
+        """The bytes one request holds in memory, counted against ``max_inflight_bytes``
+        (see :class:`Hold`) until it is answered."""
+        hold = Hold(self)
+        try:
+            yield hold
+        finally:
+            hold.grow(0)
+
+    def _hold(self, hold: Hold, size: int) -> None:
+        with self._lock:
+            others = self._held_bytes - hold.size
+            if size > hold.size and others and others + size > self.config.max_inflight_bytes:
+                raise Overloaded(
+                    f"{others} bytes of other requests are being read and decoded",
+                    retry_after=self.config.retry_after,
+                )
+            self._held_bytes = others + size
+            hold.size = size
+
+    def room(self, hold: Hold) -> int:
+        """How many more bytes ``hold``'s request may take now (to inflate its body into)."""
+        config = self.config
+        with self._lock:
+            others = self._held_bytes - hold.size
+        if not others:
+            return config.max_body_bytes
+        return max(0, min(config.max_body_bytes, config.max_inflight_bytes - others - hold.size))
+
+    def decompress(self, body: bytes, encoding: str | None, hold: Hold | None = None) -> bytes:
         """The body after ``Content-Encoding`` (identity, gzip, deflate, or zstd when a zstd
-        codec is installed), within ``max_body_bytes``."""
+        codec is installed), within ``max_body_bytes``, and within what ``hold`` may grow to:
+        a body that would inflate beyond that while other requests hold memory waits its turn
+        (:class:`Overloaded`), as does one that is large already."""
         encoding = (encoding or "identity").strip().lower()
         if encoding in ("", "identity"):
             return body
@@ -296,14 +347,23 @@ class Receiver:
             raise UnsupportedMediaType(
                 f"unsupported Content-Encoding {encoding!r} (use {', '.join(codecs)} or none{hint})"
             )
+        limit = self.config.max_body_bytes if hold is None else self.room(hold)
         try:
-            return compression.decompress(body, encoding, self.config.max_body_bytes)
+            inflated = compression.decompress(body, encoding, limit)
         except compression.Inflated:
+            if limit < self.config.max_body_bytes:
+                raise Overloaded(
+                    "the body inflates beyond the memory other requests leave free",
+                    retry_after=self.config.retry_after,
+                ) from None
             raise TooLarge(
                 f"body inflates beyond the {self.config.max_body_bytes}-byte limit"
             ) from None
         except compression.Undecodable as exc:
             raise BadRequest(f"request body: {exc}") from None
+        if hold is not None:
+            hold.grow(len(body) + len(inflated))
+        return inflated
 
     def export_proto(self, signal: str, body: bytes) -> bytes:
         """Handle a protobuf-encoded export; returns the serialized response."""

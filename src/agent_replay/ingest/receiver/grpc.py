@@ -40,7 +40,8 @@ def _export(receiver: Receiver, signal: str, body: bytes, context: grpc.Servicer
     try:
         metadata = dict(context.invocation_metadata() or ())
         receiver.check_token(metadata.get("authorization"))
-        with receiver.admit():
+        with receiver.holding() as hold, receiver.admit():
+            hold.grow(len(body))  # grpcio has read and inflated it already
             return receiver.export_proto(signal, body)
     except ReceiverError as error:
         receiver.count_error(error)

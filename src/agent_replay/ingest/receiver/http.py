@@ -19,18 +19,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from google.rpc.status_pb2 import Status
 
+from ...httpserver import GuardedHandler, GuardedHTTPServer
 from .core import (
     LOGS,
     TRACES,
     BadRequest,
+    Hold,
     Receiver,
     ReceiverError,
     TooLarge,
@@ -69,7 +69,7 @@ def parse_address(address: str, default_port: int) -> tuple[str, int]:
         raise ValueError(f"bad address {address!r}: expected HOST:PORT") from None
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     protocol_version = "HTTP/1.1"
     server_version = "agent-replay"
     timeout = 30  # an idle keep-alive connection is closed after this (seconds)
@@ -125,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = Status(code=code, message=error.message).SerializeToString()
             self._send(error.http_status, body, "application/x-protobuf", headers)
 
-    def _read_body(self, limit: int) -> bytes:
+    def _read_body(self, limit: int, hold: Hold) -> bytes:
         lengths = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
         chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         if len(lengths) > 1 or (chunked and lengths):
@@ -134,7 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise BadRequest("conflicting Content-Length / Transfer-Encoding headers")
         if chunked:
-            return self._read_chunked(limit)
+            return self._read_chunked(limit, hold)
         length_header = self.headers.get("Content-Length")
         if length_header is None:
             self.close_connection = True
@@ -150,15 +150,15 @@ class _Handler(BaseHTTPRequestHandler):
         if length > limit:
             self.close_connection = True  # the body stays unread: the connection cannot be reused
             raise TooLarge(f"body of {length} bytes exceeds the {limit}-byte limit")
+        hold.grow(length)  # before reading it (429 when other requests hold too much)
         body = self.rfile.read(length)
         if len(body) != length:
             self.close_connection = True
             raise BadRequest("body shorter than Content-Length")
         return body
 
-    def _read_chunked(self, limit: int) -> bytes:
-        chunks = []
-        total = 0
+    def _read_chunked(self, limit: int, hold: Hold) -> bytes:
+        body = bytearray()  # one buffer: a list of many tiny chunks cost 70 times their size
         while True:
             line = self.rfile.readline(1026)
             try:
@@ -169,12 +169,12 @@ class _Handler(BaseHTTPRequestHandler):
             if size == 0:
                 while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
-                return b"".join(chunks)
-            total += size
-            if total > limit:
+                return bytes(body)
+            if len(body) + size > limit:
                 self.close_connection = True
                 raise TooLarge(f"chunked body exceeds the {limit}-byte limit")
-            chunks.append(self.rfile.read(size))
+            hold.grow(len(body) + size)
+            body += self.rfile.read(size)
             self.rfile.readline(3)
 
     # -- methods ----------------------------------------------------------------------------
@@ -201,14 +201,15 @@ class _Handler(BaseHTTPRequestHandler):
                     f"unsupported Content-Type {content_type!r}: use application/x-protobuf "
                     "or application/json"
                 )
-            body = self._read_body(receiver.config.max_body_bytes)
-            body_read = True
-            body = receiver.decompress(body, self.headers.get("Content-Encoding"))
-            with receiver.admit(in_progress=began):
-                if as_json:
-                    response = receiver.export_json(signal, body)
-                else:
-                    response = receiver.export_proto(signal, body)
+            with receiver.holding() as hold:
+                body = self._read_body(receiver.config.max_body_bytes, hold)
+                body_read = True
+                body = receiver.decompress(body, self.headers.get("Content-Encoding"), hold)
+                with receiver.admit(in_progress=began):
+                    if as_json:
+                        response = receiver.export_json(signal, body)
+                    else:
+                        response = receiver.export_proto(signal, body)
             self._send(200, response, "application/json" if as_json else "application/x-protobuf")
         except ReceiverError as error:
             if not body_read:  # refused before its body was read (401): the rest of it would
@@ -234,10 +235,11 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_DELETE = do_PATCH = _not_allowed
 
 
-class OTLPHTTPServer(ThreadingHTTPServer):
-    """The OTLP/HTTP listener. ``serve_forever`` in a thread; ``shutdown`` stops accepting."""
+class OTLPHTTPServer(GuardedHTTPServer):
+    """The OTLP/HTTP listener (connections capped, request heads on a deadline, other hosts'
+    names refused on loopback: :mod:`agent_replay.httpserver`). ``serve_forever`` in a
+    thread; ``shutdown`` stops accepting."""
 
-    daemon_threads = True  # idle keep-alive connections must not hold up shutdown
     allow_reuse_address = True
     request_queue_size = 128
 
@@ -247,8 +249,6 @@ class OTLPHTTPServer(ThreadingHTTPServer):
         receiver: Receiver,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.receiver = receiver
         if ssl_context is not None:

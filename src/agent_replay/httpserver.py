@@ -1,0 +1,151 @@
+"""The HTTP server under the OTLP receiver and the console: the standard library's
+``ThreadingHTTPServer`` with the guards a local service needs against slow or hostile clients.
+
+* **Open connections are capped** (``max_connections``): one more is closed at once, so a
+  thousand idle sockets cannot use up the process's file descriptors (which the gRPC
+  listener of the same process shares).
+* **A request's head must arrive within** ``head_seconds`` from the moment the connection
+  waits for it (the socket timeout only bounds each read: a client sending a byte every ten
+  seconds held a connection forever). Past it the connection is shut.
+* **DNS rebinding is refused**: a server bound to a loopback address answers 421 to a request
+  whose ``Host`` names another host (a web page that rebinds its own name to 127.0.0.1 would
+  otherwise read the console, or write into the receiver). A server bound to any other
+  address was opened to the network on purpose and takes any ``Host``.
+
+Handlers derive from :class:`GuardedHandler`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["GuardedHTTPServer", "GuardedHandler"]
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "127.0.0.1", "::1"})
+
+
+class GuardedHTTPServer(ThreadingHTTPServer):
+    """See the module docstring. ``serve_forever`` as usual; ``server_close`` also stops the
+    head-deadline watcher."""
+
+    daemon_threads = True
+    max_connections = 256
+    head_seconds = 30.0
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self._guard = threading.Lock()
+        self._open = 0
+        self._waiting: dict[socket.socket, float] = {}  # connection -> deadline of its head
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.loopback = _is_loopback(address[0])
+        super().__init__(address, handler)  # (closes the server when it cannot bind)
+
+    # -- connection cap --------------------------------------------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._guard:
+            full = self._open >= self.max_connections
+            if not full:
+                self._open += 1
+        if full:
+            self.shutdown_request(request)  # closed at once: the client may retry later
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._guard:
+            self._open -= 1
+
+    # -- head deadline ---------------------------------------------------------------------
+
+    def await_head(self, connection: socket.socket) -> None:
+        """``connection`` now waits for a request head: shut it if none arrives in time."""
+        with self._guard:
+            self._waiting[connection] = time.monotonic() + self.head_seconds
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="agent-replay-http-heads", daemon=True
+                )
+                self._watcher.start()
+
+    def head_arrived(self, connection: socket.socket) -> None:
+        with self._guard:
+            self._waiting.pop(connection, None)
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(1.0, self.head_seconds / 4)):
+            now = time.monotonic()
+            with self._guard:
+                late = [c for c, deadline in self._waiting.items() if deadline <= now]
+                for connection in late:
+                    del self._waiting[connection]
+            for connection in late:
+                with contextlib.suppress(OSError):  # its blocked read returns
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
+
+    # -- Host check ------------------------------------------------------------------------
+
+    def host_allowed(self, host: str | None) -> bool:
+        """Whether a request naming ``host`` (its ``Host`` header) may be answered."""
+        if not self.loopback or host is None:
+            return True  # opened to the network on purpose; or HTTP/1.0 without a Host
+        name = host.strip().lower()
+        if name.startswith("["):
+            name = name[1:].partition("]")[0]
+        elif name.count(":") == 1:
+            name = name.partition(":")[0]
+        return name in _LOOPBACK_NAMES or _is_loopback(name)
+
+
+class GuardedHandler(BaseHTTPRequestHandler):
+    """A request handler of a :class:`GuardedHTTPServer` (see there)."""
+
+    server: GuardedHTTPServer
+
+    def handle_one_request(self) -> None:
+        self.server.await_head(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.head_arrived(self.connection)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.server.head_arrived(self.connection)
+        if parsed and not self.server.host_allowed(self.headers.get("Host")):
+            self.close_connection = True
+            self.send_error(421, "Misdirected Request", "this server answers its own address only")
+            return False
+        return parsed
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,102 @@
+"""The guards of the HTTP server under the receiver and the console (found by a security
+review: a thousand idle sockets, or one header byte every ten seconds, took both listeners of
+the receiver down; a DNS-rebinding page could read the console and write into the receiver)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import requests
+
+from agent_replay.httpserver import GuardedHandler, GuardedHTTPServer
+
+
+class Hello(GuardedHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    started = []
+
+    def start(host="127.0.0.1", **limits):
+        served = GuardedHTTPServer((host, 0), Hello)
+        for name, value in limits.items():
+            setattr(served, name, value)
+        threading.Thread(target=served.serve_forever, kwargs={"poll_interval": 0.05}).start()
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.shutdown()
+        served.server_close()
+
+
+def get(served, host=None):
+    headers = {} if host is None else {"Host": host}
+    return requests.get(f"http://127.0.0.1:{served.server_address[1]}/", headers=headers, timeout=5)
+
+
+def test_connections_past_the_cap_are_closed_and_the_server_keeps_serving(server):
+    served = server(max_connections=3)
+    idle = [socket.create_connection(("127.0.0.1", served.server_address[1])) for _ in range(3)]
+    deadline = time.monotonic() + 5
+    while served._open < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    extra = socket.create_connection(("127.0.0.1", served.server_address[1]))
+    extra.settimeout(5)
+    assert extra.recv(1) == b""  # closed at once
+    for connection in idle:
+        connection.close()
+    deadline = time.monotonic() + 5
+    while served._open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert get(served).text == "ok"
+
+
+def test_a_request_head_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(server):
+    served = server(head_seconds=0.5)
+    slow = socket.create_connection(("127.0.0.1", served.server_address[1]))
+    slow.settimeout(0.1)
+    started, closed = time.monotonic(), False
+    for byte in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200:
+        try:
+            slow.sendall(bytes([byte]))  # each byte well within the 30 s read timeout
+            if slow.recv(1) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            closed = True
+            break
+    assert closed and time.monotonic() - started < 15
+    assert get(served).text == "ok"  # a prompt client is served
+
+
+def test_on_loopback_a_request_naming_another_host_is_refused(server):
+    served = server()
+    port = served.server_address[1]
+    assert get(served, "attacker.example").status_code == 421
+    assert get(served, f"attacker.example:{port}").status_code == 421
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "[::1]:80", "127.0.0.2"):
+        assert get(served, host).text == "ok", host
+    anywhere = GuardedHTTPServer(("0.0.0.0", 0), Hello)
+    try:  # opened to the network on purpose: any name it is reached by
+        assert anywhere.host_allowed("agents.example.com:4318") and not anywhere.loopback
+    finally:
+        anywhere.server_close()
