@@ -568,7 +568,7 @@ def test_memory_held_by_requests_is_bounded_and_one_request_always_passes(served
         assert bigger.status_code == 429 and "being read and decoded" in bigger.json()["message"]
         bomb = gzip.compress(b" " * (3 << 20))
         inflating = post(collector, bomb, "application/json", **{"Content-Encoding": "gzip"})
-        assert inflating.status_code == 429 and "inflates beyond" in inflating.json()["message"]
+        assert inflating.status_code == 429  # room to inflate it is taken first
         assert post(collector, body, "application/json").status_code == 200  # it fits
     finally:
         slow.close()
