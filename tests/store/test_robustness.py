@@ -402,3 +402,16 @@ def test_a_full_file_system_is_named_and_a_store_that_could_not_be_made_is_not_l
     with pytest.raises(StoreError, match=r"disk is full\); its file system is full$"):
         CheckpointStore(path)
     assert not path.exists()
+
+
+def test_a_new_store_and_its_wal_are_readable_by_their_owner_only(tmp_path):
+    """A store holds whole prompts, answers and tool arguments: it was created 0644, and the
+    reports folder 0755 (the security review)."""
+    path = tmp_path / "s.sqlite"
+    with CheckpointStore(path) as store:
+        store.save(Trajectory("s0", chain_steps([StepDraft(StepKind.LLM, "x", "in", 1)])))
+        for name in ("s.sqlite", "s.sqlite-wal", "s.sqlite-shm"):
+            assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    result = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "demo" / "demo.sqlite.reports").stat().st_mode & 0o777 == 0o700

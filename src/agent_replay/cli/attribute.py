@@ -224,7 +224,11 @@ def attribute_command(
                 param_hint="--out",
             )
         output_path(out_prefix, "--out")
-    folder = None if no_save else output_dir(reports_dir or reports_dir_for(db), "--reports-dir")
+    folder = (
+        None
+        if no_save
+        else output_dir(reports_dir or reports_dir_for(db), "--reports-dir", private=True)
+    )
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)

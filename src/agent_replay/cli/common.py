@@ -221,11 +221,12 @@ def _policy(spec: str) -> tuple[str, Any]:
         raise click.BadParameter(str(exc), param_hint="--policy") from None
 
 
-def output_dir(directory: Path, what: str) -> Path:
-    """``directory``, made if missing, checked writable before any work is spent on what will
-    be written there: a bad output path is a usage error, not a traceback after the work."""
+def output_dir(directory: Path, what: str, *, private: bool = False) -> Path:
+    """``directory``, made if missing (``private``: for its owner only), checked writable
+    before any work is spent on what will be written there: a bad output path is a usage
+    error, not a traceback after the work."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700 if private else 0o777, parents=True, exist_ok=True)
         # the real test: root passes os.access on directories it cannot write (procfs)
         tempfile.TemporaryFile(dir=directory).close()
     except OSError as exc:

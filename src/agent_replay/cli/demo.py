@@ -84,7 +84,9 @@ def demo_command(out_dir: Path) -> None:
     explanation = result.explain(stored)
     data = build_report(result, stored, explanation)
     json_path, html_path = write_reports(data, out_dir / "report")
-    kept = output_dir(reports_dir_for(db), "--out") / report_file_name(stored.session_id)
+    kept = output_dir(reports_dir_for(db), "--out", private=True) / report_file_name(
+        stored.session_id
+    )
     write_text(kept, report_json(data) + "\n")  # where `agent-replay serve` looks for it
     click.echo(f"   {progress.status()} (attribution {time.perf_counter() - started:.2f}s)")
     click.echo("")

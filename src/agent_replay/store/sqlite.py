@@ -311,6 +311,11 @@ class CheckpointStore:
                         f"{self.path}: not a SQLite database (agent-replay store expected)"
                     )
         created = not self.path.exists()
+        if created and not self.read_only:
+            # readable by its owner only (SQLite gives the -wal and -shm files the same mode):
+            # a store holds whole prompts, answers and tool arguments
+            with contextlib.suppress(OSError):  # (a missing directory: SQLite says so below)
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         conn = self._conn()
         try:
             # Identify the file before changing anything in it: enabling WAL is persistent, and
