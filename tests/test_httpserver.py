@@ -19,6 +19,8 @@ class Hello(GuardedHandler):
     timeout = 30
 
     def do_GET(self) -> None:
+        if self.path == "/slow":
+            time.sleep(1.5)
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -51,20 +53,33 @@ def get(served, host=None):
     return requests.get(f"http://127.0.0.1:{served.server_address[1]}/", headers=headers, timeout=5)
 
 
-def test_connections_past_the_cap_are_closed_and_the_server_keeps_serving(server):
+def test_past_the_cap_an_idle_connection_makes_room_and_busy_ones_refuse(server):
     served = server(max_connections=3)
-    idle = [socket.create_connection(("127.0.0.1", served.server_address[1])) for _ in range(3)]
+    port = served.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    for connection in idle:
+        connection.settimeout(5)
     deadline = time.monotonic() + 5
     while served._open < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    extra = socket.create_connection(("127.0.0.1", served.server_address[1]))
-    extra.settimeout(5)
-    assert extra.recv(1) == b""  # closed at once
+    assert get(served).text == "ok"  # served: the connection idle longest was shut for it
+    assert idle[0].recv(1) == b""
     for connection in idle:
         connection.close()
+    busy = [
+        threading.Thread(target=lambda: requests.get(f"http://127.0.0.1:{port}/slow", timeout=10))
+        for _ in range(3)
+    ]
+    for thread in busy:
+        thread.start()
     deadline = time.monotonic() + 5
-    while served._open and time.monotonic() < deadline:
+    while (served._open < 3 or served._waiting) and time.monotonic() < deadline:
         time.sleep(0.01)
+    extra = socket.create_connection(("127.0.0.1", port))
+    extra.settimeout(5)
+    assert extra.recv(1) == b""  # every connection busy: closed at once
+    for thread in busy:
+        thread.join()
     assert get(served).text == "ok"
 
 

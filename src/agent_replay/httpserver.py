@@ -1,9 +1,10 @@
 """The HTTP server under the OTLP receiver and the console: the standard library's
 ``ThreadingHTTPServer`` with the guards a local service needs against slow or hostile clients.
 
-* **Open connections are capped** (``max_connections``): one more is closed at once, so a
-  thousand idle sockets cannot use up the process's file descriptors (which the gRPC
-  listener of the same process shares).
+* **Open connections are capped** (``max_connections``), so a thousand idle sockets cannot
+  use up the process's file descriptors (which the gRPC listener of the same process
+  shares): a new connection past the cap shuts the one that has waited longest for a request
+  head (idle or trickling), or is closed at once when every connection is busy.
 * **A request's head must arrive within** ``head_seconds`` from the moment the connection
   waits for it (the socket timeout only bounds each read: a client sending a byte every ten
   seconds held a connection forever). Past it the connection is shut.
@@ -52,10 +53,20 @@ class GuardedHTTPServer(ThreadingHTTPServer):
     # -- connection cap --------------------------------------------------------------------
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        evicted = None
         with self._guard:
             full = self._open >= self.max_connections
+            if full and self._waiting and self._open < 2 * self.max_connections:
+                # the connection that has waited longest for a request head makes room: idle
+                # or trickling connections cannot keep a prompt client out
+                evicted = min(self._waiting, key=self._waiting.__getitem__)
+                del self._waiting[evicted]
+                full = False
             if not full:
                 self._open += 1
+        if evicted is not None:
+            with contextlib.suppress(OSError):
+                evicted.shutdown(socket.SHUT_RDWR)
         if full:
             self.shutdown_request(request)  # closed at once: the client may retry later
             return
