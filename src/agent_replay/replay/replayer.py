@@ -189,7 +189,6 @@ class Replayer:
     _effects: dict[tuple[int, str], deque] | None = None  # recorded now()/uuid(), on first use
     _uuid_count = 0
     _clock = 0.0  # the latest now() this rollout served off the recorded path
-    _body_base: int | None = None  # derived on first use
 
     def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int) -> None:
         self.trajectory = trajectory
@@ -469,12 +468,12 @@ class Replayer:
                 self.tokens_estimated = True
 
     def body_seed(self, segment: int) -> int:
-        if not self.changed:  # the recording's own body streams (derive_seed is cached)
-            return stream_seed(derive_seed(self.base_seed, "body"), segment)
-        base = self._body_base
-        if base is None:
-            base = self._body_base = derive_seed(self.seed, "body", self._recording)
-        return stream_seed(base, segment)
+        # ctx.rng drawn in the agent body, outside any step, is exogenous: the recording's own
+        # streams (by segment) in every rollout, as the clock is, so that only steps are
+        # re-drawn. Re-keying them once the run left the recorded path credited randomness
+        # outside every step to the step before it (a coin flipped after the last step was
+        # "separated" onto that step in 68% of runs).
+        return stream_seed(derive_seed(self.base_seed, "body"), segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         value = self._effect(ctx, kind, live)
