@@ -539,3 +539,46 @@ def test_randomness_outside_every_step_is_blamed_on_no_step():
         result = attribute(run, _body_coin_agent, verifier, repair=True)
         assert result.culprit_index is None and result.verdict == "undecided", result.summary()
         assert result.repair is None, result.repair
+
+
+def _plan_agent(ctx, k):
+    """Step 1 plans risky (p=.3), step 2 reviews and catches it (p=.1), step 4 botches the
+    execution (p=.5); the run fails iff risky and (not caught or botched). Recorded risky,
+    caught, botched: e = [0, .665, -.45, 0, .5, 0], the largest effect beside a protective
+    step (the null-calibration audit's `plan_masked`)."""
+    chance = {1: ("risky", 0.3), 2: ("catch", 0.1), 4: ("botch", 0.5)}
+    previous, outs = "start", []
+    for i in range(6):
+        if i in chance:
+            word, p = chance[i]
+
+            def produce(word=word, p=p):
+                return word if ctx.rng.random() < p else f"ok-{ctx.rng.randint(0, k)}"
+        else:
+
+            def produce():
+                return f"note-{ctx.rng.randint(0, k)}"
+
+        previous = ctx.llm(f"step{i}", produce=produce, prev=previous)
+        outs.append(previous)
+    return {"outs": outs}
+
+
+def _plan_verifier(result):
+    o = result["outs"]
+    return 0.0 if o[1] == "risky" and (o[2] != "catch" or o[4] == "botch") else 1.0
+
+
+@pytest.mark.parametrize("start", [2000, 3000, 29000])
+def test_a_competitor_behind_a_protective_step_is_not_passed_over_as_separated(start):
+    """Steps 1-3 were compared as one part whose total (.665 - .45) hid step 1's larger effect,
+    and step 4 came out 'separated' with no warning (10% of such runs; these three were
+    among them). Parts with protective pairs are split before anything is separated."""
+    run = next(
+        t
+        for s in range(start, start + 100_000)
+        if (t := record(_plan_agent, {"k": 9}, seed=s, verifier=_plan_verifier)).outcome.failed
+        and [t.outcome.result["outs"][i] for i in (1, 2, 4)] == ["risky", "catch", "botch"]
+    )
+    result = attribute(run, _plan_agent, _plan_verifier)
+    assert not (result.verdict == "separated" and result.culprit_index != 1), result.summary()

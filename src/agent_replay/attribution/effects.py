@@ -255,7 +255,14 @@ def _partition(
                 merged = _segment(
                     profile, runs[-1].start, segment.end, level, looks, observation_only
                 )
-                if merged.estimate <= threshold and segment.estimate <= threshold:
+                # a total bounds each of its steps only when none of them is protective: only
+                # parts with no rollout pair pointing the protective way are merged
+                if (
+                    merged.estimate <= threshold
+                    and segment.estimate <= threshold
+                    and segment.a_only == 0
+                    and runs[-1].a_only == 0
+                ):
                     runs[-1] = merged
                     continue
             runs.append(segment)
@@ -295,6 +302,21 @@ def _widest_inside(segments: list[Segment], part: Segment) -> Segment | None:
     ones), or ``None`` when every step in it is its own segment already."""
     inside = [s for s in segments if part.start <= s.start and s.end <= part.end and s.width > 1]
     return max(inside, key=lambda s: (s.width, -s.start), default=None)
+
+
+def _hiding(segments: list[Segment], separation: list, candidate: Segment) -> list[Segment]:
+    """The widest segment of several steps inside each compared part (other than the
+    candidate) that has rollout pairs pointing the protective way: its total need not bound
+    its steps' effects, so a competitor can hide behind a protective step in it (measured: a
+    wrong step 'separated' in 10% to 72% of runs of such agents before these were split)."""
+    out = []
+    for seg, _, _ in separation:
+        if seg is candidate or seg.a_only == 0:
+            continue
+        wide = _widest_inside(segments, seg)
+        if wide is not None:
+            out.append(wide)
+    return out
 
 
 def significant(segment: Segment, compared: int, alpha: float) -> bool:
@@ -555,9 +577,22 @@ def search_effects(
         separation, low, blockers = _separation(
             profile, segments, candidate, confidence, looks, observation_only
         )
-        if low > 0 and not blockers:
+        hidden = _hiding(segments, separation, candidate)
+        if low > 0 and not blockers and not hidden:
             stop_reason = "separated"
             break
+        if low > 0 and not blockers and adaptive:
+            # separated only by parts of several steps that show protective pairs: a
+            # competitor can hide behind the protective step there; split them first
+            for wide in hidden:
+                middle = (wide.start + wide.end) // 2
+                level = min(level_of.get(wide.start, 0), level_of.get(wide.end, 0))
+                if not raise_to(middle, level):
+                    stop_reason = "budget"
+                    break
+            if stop_reason == "budget":
+                break
+            continue
         if not adaptive:
             break
         if next(hi for seg, _, hi in separation if seg is candidate) <= min_effect:
@@ -633,7 +668,7 @@ def search_effects(
         separation, low, blockers = _separation(
             profile, segments, candidate, confidence, looks, observation_only
         )
-        separated = low > 0 and not blockers
+        separated = low > 0 and not blockers and not _hiding(segments, separation, candidate)
     if fdr_method == "e-bh":
         rejected = e_bh([s.e_value for s in segments], alpha)
     else:
