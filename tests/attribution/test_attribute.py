@@ -582,3 +582,30 @@ def test_a_competitor_behind_a_protective_step_is_not_passed_over_as_separated(s
     )
     result = attribute(run, _plan_agent, _plan_verifier)
     assert not (result.verdict == "separated" and result.culprit_index != 1), result.summary()
+
+
+def test_a_repair_must_beat_the_recorded_action_not_only_a_fixed_bar():
+    """A judge that fails a fifth of all runs whatever they hold: no action of any step is a
+    repair. The validator only asked for a failure rate clearly under 0.5, and called a swap
+    of one noise output for another a validated repair in 200 of 200 such runs."""
+    import random
+
+    from agent_replay import RolloutEngine, find_minimal_repair
+
+    judge_rng = random.Random(5)
+
+    def judge(result):
+        return 0.0 if judge_rng.random() < 0.2 else 1.0
+
+    def noise_agent(ctx):
+        return [
+            ctx.llm(f"step{i}", produce=lambda: f"ok-{ctx.rng.randint(0, 9)}") for i in range(4)
+        ]
+
+    run = next(
+        t for s in range(200) if (t := record(noise_agent, seed=s, verifier=judge)).outcome.failed
+    )
+    engine = RolloutEngine(run, noise_agent, judge)
+    for step in range(4):
+        repair = find_minimal_repair(engine, step, rollouts=64)
+        assert repair is not None and not repair.valid, (step, repair)

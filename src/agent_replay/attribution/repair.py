@@ -23,7 +23,7 @@ from ..errors import CanonicalEncodingError
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutEngine
 from .result import Repair
-from .stats import bonferroni, clopper_pearson
+from .stats import binomial_cdf, bonferroni, clopper_pearson
 
 __all__ = ["export_contrastive_pairs", "find_minimal_repair", "minimality"]
 
@@ -86,14 +86,22 @@ def find_minimal_repair(
         return None
     tried = []
     # validated on seeds the harvest did not use (a harvested action's own successes would
-    # count again), at a level corrected for keeping the best of the candidates tried
+    # count again), at a level corrected for keeping the best of the candidates tried, and
+    # against the recorded action on the same seeds: a repair must fail rarely *and* fail
+    # less than the action it replaces (where failure did not depend on the step at all, a
+    # low absolute rate alone "validated" a swap of one harmless output for another)
     fresh = range(rollouts, 2 * rollouts)
     level = bonferroni(confidence, len(unique))
+    recorded_failed = [r.failed for r in engine.run(ReplayPlan.ablate_from(step + 1), fresh)]
     for value, source in unique:
         plan = ReplayPlan(hold_before=step).force(step, value)
         results = engine.run(plan, fresh)
         failures = sum(r.failed for r in results)
         interval = clopper_pearson(failures, len(results), level)
+        better = sum(b and not r.failed for b, r in zip(recorded_failed, results, strict=True))
+        worse = sum(r.failed and not b for b, r in zip(recorded_failed, results, strict=True))
+        # one-sided sign test on the pairs that differ
+        improves = 1.0 - binomial_cdf(better - 1, better + worse, 0.5) <= 1.0 - level
         tried.append(
             Repair(
                 step=step,
@@ -102,7 +110,7 @@ def find_minimal_repair(
                 replacement=value,
                 failure_rate=failures / len(results),
                 interval=interval,
-                valid=interval.high < threshold,
+                valid=interval.high < threshold and improves,
                 minimality=round(minimality(recorded.action, value), 4),
                 threshold=threshold,
                 rollouts=len(results),
