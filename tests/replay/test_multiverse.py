@@ -174,3 +174,34 @@ def test_diff_pairs_steps_by_operation_so_a_removed_step_shifts_nothing():
     ]
     assert d.first_divergence == 1
     assert "missing in b" in d.to_text() and "2/1" in d.to_text()
+
+
+def test_diff_of_a_removal_pairs_the_shared_prefix_first():
+    """Matching operations alone paired the parent's second `plan` with the child's first
+    and named step 0, which both runs share byte for byte, as the first divergence."""
+
+    def agent(ctx):
+        values = [ctx.llm("plan", produce=lambda: "p") for _ in range(2)]
+        values.append(ctx.llm("search", produce=lambda: ctx.rng.randint(0, 1)))
+        return values
+
+    parent = record(agent, seed=0)
+    child = fork(agent, parent, at_step=1, remove=True)
+    result = diff(parent, child)
+    assert result.first_divergence == child.lineage.fork_step == 1
+    assert "missing in b" in result.to_text().splitlines()[2]
+
+
+def test_a_fork_child_whose_agent_draws_in_its_body_replays_as_recorded():
+    """The fork ran the body's draws from the rollout's streams and a replay of the child
+    from its seed's: another result, with no divergence reported."""
+
+    def agent(ctx):
+        a = ctx.llm("a", produce=lambda: ctx.rng.randint(0, 100))
+        drawn = ctx.rng.randint(0, 10**6)  # in the body, after the fork step
+        b = ctx.llm("b", produce=lambda: drawn)
+        return [a, drawn, b]
+
+    child = fork(agent, record(agent, seed=1), at_step=0, do=5)
+    again = replay(agent, child)
+    assert again.result == child.outcome.result and not again.diverged

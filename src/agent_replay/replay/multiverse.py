@@ -379,12 +379,20 @@ def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
 
 
 def _aligned(a: tuple[Step, ...], b: tuple[Step, ...]) -> list[tuple[int | None, int | None]]:
-    """Pairs of positions ``(in a, in b)``, ``None`` for a step without counterpart."""
-    keys_a = [(s.kind.value, s.name) for s in a]
-    keys_b = [(s.kind.value, s.name) for s in b]
-    pairs: list[tuple[int | None, int | None]] = []
+    """Pairs of positions ``(in a, in b)``, ``None`` for a step without counterpart. The
+    prefix the two chains share (equal step hashes: the same steps up to there) pairs first;
+    the rest by operation (after a removed step, matching operations alone paired the
+    parent's second ``plan`` with the child's first, and named a shared step as the first
+    divergence)."""
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared].step_hash == b[shared].step_hash:
+        shared += 1
+    pairs: list[tuple[int | None, int | None]] = [(k, k) for k in range(shared)]
+    keys_a = [(s.kind.value, s.name) for s in a[shared:]]
+    keys_b = [(s.kind.value, s.name) for s in b[shared:]]
     matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
     for _tag, a1, a2, b1, b2 in matcher.get_opcodes():
+        a1, a2, b1, b2 = a1 + shared, a2 + shared, b1 + shared, b2 + shared
         common = min(a2 - a1, b2 - b1)  # equal or replaced blocks pair up in order
         pairs += [(a1 + k, b1 + k) for k in range(common)]
         pairs += [(i, None) for i in range(a1 + common, a2)]
