@@ -499,3 +499,40 @@ def test_a_fork_child_replays_like_a_recording_uuid_and_now_included():
         again = replay(agent, child, seed=seed)
         assert not again.diverged and again.live_steps == 0
         assert again.result == child.steps[-1].output
+
+
+def test_a_held_built_in_exception_carries_what_it_was_built_with():
+    """A held KeyError was rebuilt from str() of it (quoted twice: "'user_id'") and an
+    OSError lost its errno and file name, so a handler reading them took another path with no
+    divergence reported."""
+    import errno
+
+    def lookup():
+        return {}["user_id"]
+
+    def read_file():
+        with open("/nonexistent/agent-replay-probe.txt") as handle:
+            return handle.read()
+
+    def agent(ctx):
+        out = []
+        try:
+            ctx.tool("lookup", produce=lookup)
+        except KeyError as exc:
+            out.append([str(exc), exc.args[0]])
+        try:
+            ctx.tool("read", produce=read_file)
+        except OSError as exc:
+            out.append([type(exc).__name__, exc.errno == errno.ENOENT, exc.filename])
+        return out
+
+    recorded = record(agent, seed=0)
+    again = replay(agent, recorded)
+    assert (
+        again.result
+        == recorded.outcome.result
+        == [
+            ["'user_id'", "user_id"],
+            ["FileNotFoundError", True, "/nonexistent/agent-replay-probe.txt"],
+        ]
+    )

@@ -602,7 +602,20 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
     attributes = _plain_attributes(exc)
     if attributes:
         described["attributes"] = attributes
+    args = getattr(exc, "args", ())
+    if isinstance(args, tuple) and args and all(_plain(a) for a in args):
+        # what the exception was built with: ``KeyError('user_id')`` is not ``str()`` of it
+        described["args"] = list(args)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        for name in ("filename", "filename2"):  # not in args, and not in vars() either
+            value = getattr(exc, name, None)
+            if _plain(value) and value is not None:
+                described.setdefault("attributes", {})[name] = value
     return described
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, _PLAIN) and not (isinstance(value, str) and len(value) > 2000)
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -618,7 +631,7 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     for name, value in items:
         if name.startswith("_") or len(out) >= 20:
             continue
-        if isinstance(value, _PLAIN) and not (isinstance(value, str) and len(value) > 2000):
+        if _plain(value):
             out[name] = value
     return out
 
@@ -636,24 +649,30 @@ def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
     """An exception like the recorded one, so that the agent's ``except`` clauses catch it as
     they did: built-ins as themselves; a class the running program has imported (a client's
     ``RateLimitError``, ``asyncio.CancelledError``) as a subclass of it and of
-    :class:`RecordedStepError`, made without calling its ``__init__`` (its arguments are not
-    recorded: ``args`` holds the message, and the plain data attributes it carried are set
-    again); anything else as
+    :class:`RecordedStepError`, made without calling its ``__init__`` (``args`` as recorded
+    when they were plain values, else the message, and the plain data attributes it carried
+    set again); anything else as
     :class:`RecordedStepError`."""
     name, message = str(error.get("type")), str(error.get("message", ""))
     module = str(error.get("module"))
+    recorded_args = error.get("args")
+    args = tuple(recorded_args) if isinstance(recorded_args, list) else (message,)
     if module == "builtins":
         cls = getattr(builtins, name, None)
         if isinstance(cls, type) and issubclass(cls, Exception):
+            attributes = error.get("attributes") or {}
+            if issubclass(cls, OSError) and len(args) == 2 and "filename" in attributes:
+                args += (attributes["filename"],)  # OSError(errno, strerror, filename)
             try:
-                return cls(message)
+                return cls(*args)
             except Exception:
-                pass
+                with contextlib.suppress(Exception):
+                    return cls(message)
     replayed = _replayed_class(module, name)
     if replayed is not None:
         try:
-            exc = replayed.__new__(replayed, message)
-            exc.args = (message,)
+            exc = replayed.__new__(replayed, *args)
+            exc.args = args
             exc.type_name = name
             for attribute, value in (error.get("attributes") or {}).items():
                 with contextlib.suppress(Exception):  # a read-only property, say
