@@ -602,10 +602,16 @@ def test_a_repair_must_beat_the_recorded_action_not_only_a_fixed_bar():
             ctx.llm(f"step{i}", produce=lambda: f"ok-{ctx.rng.randint(0, 9)}") for i in range(4)
         ]
 
-    run = next(
+    runs = [
         t for s in range(200) if (t := record(noise_agent, seed=s, verifier=judge)).outcome.failed
-    )
-    engine = RolloutEngine(run, noise_agent, judge)
-    for step in range(4):
-        repair = find_minimal_repair(engine, step, rollouts=64)
-        assert repair is not None and not repair.valid, (step, repair)
+    ]
+    rates = []
+    for run in runs[:3]:
+        engine = RolloutEngine(run, noise_agent, judge)
+        for step in range(4):
+            repair = find_minimal_repair(engine, step, rollouts=64)
+            assert repair is not None and not repair.valid, (step, repair)
+            rates.append(repair.failure_rate)
+    # the rate is measured again on new seeds: the best of eight candidates on the seeds it
+    # was chosen on said 0.13 on average where every action fails 0.2 of the time
+    assert 0.15 < sum(rates) / len(rates) < 0.25, rates

@@ -196,8 +196,10 @@ AgentShapley = ShapleyResult
 class Repair:
     """A replacement action for ``step`` validated by rollouts.
 
-    ``failure_rate`` is measured with the replacement forced (``interval`` at the result's
-    confidence); ``valid`` when its upper bound is below ``threshold``; ``minimality`` in
+    ``failure_rate`` is measured with the replacement forced, on rollout seeds neither the
+    harvest nor the choice among candidates used (``interval`` at the result's confidence);
+    ``valid`` when, on the choice's seeds, its upper bound was below ``threshold`` and it
+    failed less than the recorded action; ``minimality`` in
     [0, 1] is how close the replacement is to the original (1 = tiny edit).
     """
 
