@@ -554,12 +554,16 @@ def test_memory_held_by_requests_is_bounded_and_one_request_always_passes(served
         config=fast_config(max_body_bytes=4 << 20, max_inflight_bytes=1 << 20)
     )
     body = otlp_json_request()
-    # a request whose 800 KB body is still arriving holds 800 KB
+    # a request whose body is still arriving holds what it sent (not what it declared: a
+    # client trickling a large body must not hold the whole budget)
     slow = socket.create_connection(("127.0.0.1", collector.http_port))
     slow.sendall(
         b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 800000\r\n\r\n" + b" " * 1000
+        b"Content-Length: 4000000\r\n\r\n" + b" " * 1000
     )
+    time.sleep(0.3)
+    assert collector.receiver._held_bytes < 64 << 10  # declared 4 MB, sent 1 KB
+    slow.sendall(b" " * 900_000)
     deadline = time.monotonic() + 5
     while collector.receiver._held_bytes < 800_000 and time.monotonic() < deadline:
         time.sleep(0.01)

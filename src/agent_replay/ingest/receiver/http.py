@@ -69,6 +69,9 @@ def parse_address(address: str, default_port: int) -> tuple[str, int]:
         raise ValueError(f"bad address {address!r}: expected HOST:PORT") from None
 
 
+_READ_BYTES = 64 << 10  # a body is read and counted this much at a time
+
+
 class _Handler(GuardedHandler):
     protocol_version = "HTTP/1.1"
     server_version = "agent-replay"
@@ -150,12 +153,20 @@ class _Handler(GuardedHandler):
         if length > limit:
             self.close_connection = True  # the body stays unread: the connection cannot be reused
             raise TooLarge(f"body of {length} bytes exceeds the {limit}-byte limit")
-        hold.grow(length)  # before reading it (429 when other requests hold too much)
-        body = self.rfile.read(length)
+        # counted as it arrives (429 once the requests together would hold too much): what
+        # a client declares is not held until it is sent, so a client trickling a large body
+        # holds only what it sent, not the whole budget
+        body = bytearray()
+        while len(body) < length:
+            chunk = self.rfile.read(min(_READ_BYTES, length - len(body)))
+            if not chunk:
+                break
+            body += chunk
+            hold.grow(len(body))
         if len(body) != length:
             self.close_connection = True
             raise BadRequest("body shorter than Content-Length")
-        return body
+        return bytes(body)
 
     def _read_chunked(self, limit: int, hold: Hold) -> bytes:
         body = bytearray()  # one buffer: a list of many tiny chunks cost 70 times their size
@@ -173,8 +184,14 @@ class _Handler(GuardedHandler):
             if len(body) + size > limit:
                 self.close_connection = True
                 raise TooLarge(f"chunked body exceeds the {limit}-byte limit")
-            hold.grow(len(body) + size)
-            body += self.rfile.read(size)
+            end = len(body) + size
+            while len(body) < end:
+                piece = self.rfile.read(min(_READ_BYTES, end - len(body)))
+                if not piece:
+                    self.close_connection = True
+                    raise BadRequest("chunked body cut short")
+                body += piece
+                hold.grow(len(body))
             self.rfile.readline(3)
 
     # -- methods ----------------------------------------------------------------------------
