@@ -68,6 +68,11 @@ class LogThrottle:
         held, self._logged_at, self._held = self._held, now, 0
         return held
 
+    @property
+    def held(self) -> int:
+        """Lines held back since the last one logged."""
+        return self._held
+
 
 class ErrorLog:
     """Counts a worker's errors and logs them without flooding the application's log: one
@@ -319,7 +324,7 @@ class SpanSink:
     def close_report(self) -> None:
         """Log what is lost for good when capture stops: spans still buffered (the store
         never took them back) and drops whose line was held back."""
-        held = self._drop_log._held
+        held = self._drop_log.held
         if self._pending:
             _log.error(
                 "agent-replay: %d spans of %d traces were never stored (%s)",

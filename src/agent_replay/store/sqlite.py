@@ -439,7 +439,7 @@ class CheckpointStore:
         to it, would drop what that writer added)."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save"), self._transaction() as conn:
-            self._check_read(conn, expect or {})
+            self._check_read(expect or {})
             self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=replace)
 
@@ -461,12 +461,12 @@ class CheckpointStore:
                 )
         return found
 
-    def _check_read(self, conn: sqlite3.Connection, expect: Mapping[str, str | None]) -> None:
+    def _check_read(self, expect: Mapping[str, str | None]) -> None:
+        """Inside a write transaction (this thread's connection): the sessions still have the
+        digests ``expect`` names."""
+        stored = self.digests(expect) if expect else {}
         for session_id, digest in expect.items():
-            row = conn.execute(
-                "SELECT digest FROM sessions WHERE session_id=?", (session_id,)
-            ).fetchone()
-            if (None if row is None else row[0]) != digest:
+            if stored[session_id] != digest:
                 raise SessionChangedError(
                     f"session {session_id!r} in {self.path} changed after it was read; "
                     "read it again"
@@ -689,7 +689,7 @@ class CheckpointStore:
         assembled next time)."""
         rows = self._rows(trajectories)
         with self._sqlite_errors("save assembled traces"), self._transaction() as conn:
-            self._check_read(conn, expect or {})
+            self._check_read(expect or {})
             self._delete_read(conn, delete or {})
             self._write(conn, rows, replace=True)
             conn.executemany(
