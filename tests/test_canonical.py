@@ -69,6 +69,51 @@ def test_key_order_does_not_matter(d):
     assert canonical.encode(d) == canonical.encode(reordered)
 
 
+def key_orders(value) -> list:
+    """Every dict's keys in order, depth first (sets hold no dicts: nothing to order)."""
+    if isinstance(value, dict):
+        return [list(value)] + [o for k, v in value.items() for o in key_orders(k) + key_orders(v)]
+    if isinstance(value, (list, tuple)):
+        return [o for item in value for o in key_orders(item)]
+    return []
+
+
+@settings(max_examples=400)
+@given(values)
+def test_stored_bytes_keep_every_dicts_key_order_and_the_identity_ignores_it(value):
+    stored = canonical.encode_stored(value)
+    back = canonical.decode(stored.data)
+    assert same(back, value) and key_orders(back) == key_orders(value)
+    assert canonical.encode_stored(back) == stored  # what comes back is stored the same way
+    assert stored.hash == canonical.hash_value(value) == canonical.digest(canonical.encode(back))
+    assert stored.blob == canonical.digest(stored.data)
+    assert (stored.blob == stored.hash) == (stored.data == canonical.encode(value))
+    snap = canonical.snapshot(value)
+    assert same(snap, value) and key_orders(snap) == key_orders(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"z": 1, "a": 2},
+        {2: "b", 1: "a"},  # a $map
+        {"k": [{"z": {(2, 1): 0, (1, 2): 0}, "a": 1}]},  # a $map inside a list inside a dict
+    ],
+)
+def test_reordered_dicts_share_their_identity_not_their_bytes(value):
+    def reverse(v):
+        if isinstance(v, dict):
+            return {k: reverse(x) for k, x in reversed(list(v.items()))}
+        if isinstance(v, list):
+            return [reverse(x) for x in v]
+        return v
+
+    first, second = canonical.encode_stored(value), canonical.encode_stored(reverse(value))
+    assert first.hash == second.hash
+    assert first.data != second.data and first.blob != second.blob
+    assert key_orders(canonical.decode(second.data)) == key_orders(reverse(value))
+
+
 def test_tagged_types_and_escaping():
     value = {
         "t": (1, 2),
@@ -160,7 +205,7 @@ memo_values = st.recursive(
 
 def _outcome(value, memo=None):
     try:
-        return canonical.encode(value, memo)
+        return canonical.encode_stored(value, memo)
     except CanonicalEncodingError as exc:
         return ("error", str(exc))
 
@@ -189,11 +234,12 @@ def test_memo_gives_the_same_bytes(batch):
         ([{"k": [1, 2]}], [{"k": (1, 2)}]),
         ([{"1": "a"}], [{1: "a"}]),
         ([{"b": [1]}], [{"$tuple": [1]}]),
+        ([{"a": 1, "b": 2}], [{"b": 2, "a": 1}]),  # equal, but not stored alike
     ],
 )
 def test_memo_tells_apart_values_that_compare_equal(first, second):
     memo = canonical.Memo()
-    assert canonical.encode({"messages": first}, memo) == canonical.encode({"messages": first})
+    assert _outcome({"messages": first}, memo) == _outcome({"messages": first})
     assert _outcome({"messages": second}, memo) == _outcome({"messages": second})
 
 
@@ -205,6 +251,9 @@ def test_c_encoder_matches_json_encoder(value):
     ).encode
     prepared = canonical._prepare(value)
     assert canonical._dumps(prepared) == reference(prepared)
+    assert canonical._dumps_ordered(prepared) == json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode(prepared)
 
 
 @given(values)

@@ -1,12 +1,18 @@
-"""Canonical encoding: the exact bytes that are hashed, stored and loaded.
+"""Canonical encoding: the exact bytes that are hashed, and the bytes that are stored.
 
-The encoding is JSON with sorted keys, no whitespace, UTF-8 and ``repr``-exact floats. Values
-JSON cannot hold are written as single-key *tagged* objects (``{"$tuple": [...]}``,
+The encoding is JSON with no whitespace, UTF-8 and ``repr``-exact floats. Values JSON cannot
+hold are written as single-key *tagged* objects (``{"$tuple": [...]}``,
 ``{"$bytes": "<base64>"}``, ...). A user dict that could be mistaken for a tag, and any dict
-whose keys are not all strings, is written as ``{"$map": [[key, value], ...]}`` with pairs in
-canonical key order. So ``decode(encode(v)) == v`` with the same types, and
-``encode(decode(b)) == b`` for every ``b`` this module wrote: what is hashed is exactly what is
-stored and exactly what comes back.
+whose keys are not all strings, is written as ``{"$map": [[key, value], ...]}``.
+
+A value has two encodings. Its *canonical* bytes (:func:`encode`) sort every dict's keys (and
+``$map`` pairs, and set members), so that equal values (``==``, with the same types) have the
+same bytes however their dicts were built: their digest is the value's identity
+(:func:`hash_value`). Its *stored* bytes (:func:`encode_stored`) keep each dict's keys in the
+value's own order, so that what comes back from the store is the value as it was, down to the
+order an agent iterates a dict in; they are the canonical bytes whenever every dict's keys
+are already in sorted order. ``decode`` reads both: ``decode(encode_stored(v).data) == v``
+with the same types and key order, and ``encode(decode(b)) == b`` for canonical bytes ``b``.
 
 Anything else (arbitrary objects, enums, dataclasses, strings holding lone surrogates) raises
 :class:`~agent_replay.errors.CanonicalEncodingError` naming the path inside the value; the
@@ -16,6 +22,7 @@ caller adds which step it belongs to.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -24,17 +31,18 @@ import json
 import marshal
 import math
 import uuid as _uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import CanonicalEncodingError
 
 __all__ = [
     "GENESIS_HASH",
     "Memo",
+    "Stored",
     "decode",
     "digest",
     "encode",
-    "encode_and_hash",
+    "encode_stored",
     "hash_value",
     "snapshot",
 ]
@@ -59,22 +67,24 @@ _TAGS = frozenset(
     }
 )
 
-_dumps = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
+
+def _json_dumps(sort_keys: bool) -> Any:
+    return json.JSONEncoder(
+        sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode
 
 
-def _c_dumps() -> Any:
-    """``_dumps`` without ``JSONEncoder.encode``'s per-call set-up: the same C encoder with
-    the same settings, made once. It skips the circular-reference check, which ``_prepare``
-    makes redundant (it walks every container first, so a cycle fails there)."""
+def _c_dumps(sort_keys: bool) -> Any:
+    """``_json_dumps`` without ``JSONEncoder.encode``'s per-call set-up: the same C encoder
+    with the same settings, made once. It skips the circular-reference check, which
+    ``_prepare`` makes redundant (it walks every container first, so a cycle fails there)."""
     try:
         from json.encoder import c_make_encoder, encode_basestring
 
         if c_make_encoder is None:
             return None
         chunks = c_make_encoder(
-            None, _no_default, encode_basestring, None, ":", ",", True, False, False
+            None, _no_default, encode_basestring, None, ":", ",", sort_keys, False, False
         )
     except (ImportError, TypeError):  # no C accelerator, or a different signature
         return None
@@ -85,7 +95,8 @@ def _no_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_dumps = _c_dumps() or _dumps
+_dumps = _c_dumps(True) or _json_dumps(True)  # keys sorted: canonical
+_dumps_ordered = _c_dumps(False) or _json_dumps(False)  # keys as they come: stored
 _key = json.encoder.encode_basestring  # a dict key as _dumps writes it
 
 
@@ -94,41 +105,88 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def encode(value: Any, memo: Memo | None = None) -> bytes:
-    """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none.
+class Stored(NamedTuple):
+    """A value's stored bytes and its two addresses (see the module docstring)."""
+
+    data: bytes  #: dict keys in the value's own order: what is stored and what comes back
+    hash: str  #: digest of the canonical bytes: the value's identity
+    blob: str  #: digest of ``data``, under which it is stored; ``hash`` when the two agree
+
+
+def encode(value: Any) -> bytes:
+    """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
+    return _encoded(value, lambda prepared: _canonical(prepared).encode("utf-8"))
+
+
+def encode_stored(value: Any, memo: Memo | None = None) -> Stored:
+    """The bytes to store for ``value`` with its identity and content address; raises
+    ``CanonicalEncodingError`` as :func:`encode` does.
 
     With a :class:`Memo`, parts of ``value`` that were encoded before through the same memo
-    are not encoded again; the bytes are the same.
+    are not encoded again; the result is the same.
     """
+    both = None
     if memo is not None:
-        try:
-            return _encode_shared(value, memo)
-        except Exception:  # the plain path below raises the right error, with its path
-            pass
+        # on any failure the plain path below raises the right error, with its path
+        with contextlib.suppress(Exception):
+            both = _encode_shared(value, memo)
+    if both is None:
+        both = _encoded(value, _both)
+    canon, data = both
+    identity = hashlib.sha256(canon).hexdigest()
+    if data is canon or data == canon:
+        return Stored(canon, identity, identity)
+    return Stored(data, identity, hashlib.sha256(data).hexdigest())
+
+
+def _encoded(value: Any, write: Any) -> Any:
+    """``write(_prepare(value))``, with every way that can fail turned into a
+    :class:`CanonicalEncodingError` that says where."""
     try:
-        prepared = _prepare(value)
-        text = _dumps(prepared)
+        return write(_prepare(value))
     except CanonicalEncodingError as exc:
         raise CanonicalEncodingError(exc.bare_message, path=_locate(value)) from None
     except RecursionError:  # a cycle, or nesting deeper than the interpreter's stack
         raise CanonicalEncodingError(
             "value contains itself or is nested too deeply to be stored", path="$"
         ) from None
-    except ValueError as exc:  # Python's guard against converting huge ints to text
-        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
-    try:
-        return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalEncodingError(
             "string is not valid Unicode (lone surrogate); it cannot be stored as UTF-8",
             path="$",
         ) from exc
+    except ValueError as exc:  # Python's guard against converting huge ints to text
+        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
 
 
-def encode_and_hash(value: Any, memo: Memo | None = None) -> tuple[bytes, str]:
-    """``(encode(value, memo), digest(...))`` in one call."""
-    data = encode(value, memo)
-    return data, hashlib.sha256(data).hexdigest()
+def _both(prepared: Any) -> tuple[bytes, bytes]:
+    """``(canonical bytes, stored bytes)`` of a prepared value; the same object when equal."""
+    data = _dumps_ordered(prepared).encode("utf-8")
+    if type(prepared) is not dict and type(prepared) is not list:
+        return data, data  # a scalar: one encoding
+    canon = _canonical(prepared).encode("utf-8")
+    return (data, data) if canon == data else (canon, data)
+
+
+def _canonical(prepared: Any) -> str:
+    text = _dumps(prepared)
+    if '"$map"' in text:  # (a cheap test; it also matches a plain key "$map", harmlessly)
+        text = _dumps(_sort_maps(prepared))
+    return text
+
+
+def _sort_maps(prepared: Any) -> Any:
+    """A prepared value with the pairs of every ``$map`` in it in canonical key order (the
+    JSON encoder sorts the keys of plain dicts itself)."""
+    if type(prepared) is list:
+        return [_sort_maps(item) for item in prepared]
+    if type(prepared) is not dict:
+        return prepared
+    if len(prepared) == 1 and "$map" in prepared:
+        pairs = [[_sort_maps(k), _sort_maps(v)] for k, v in prepared["$map"]]
+        pairs.sort(key=lambda pair: _sort_key(pair[0]))
+        return {"$map": pairs}
+    return {key: _sort_maps(item) for key, item in prepared.items()}
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
@@ -139,7 +197,8 @@ def snapshot(value: Any) -> Any:
     :func:`decode` of its :func:`encode` gives): later changes to the caller's objects - an
     agent appending to the message list it passed to a step - cannot reach the copy. Scalars
     come back as they are and a dict of scalars as a shallow copy; anything else makes the
-    round trip. Raises :class:`CanonicalEncodingError` as :func:`encode` does."""
+    round trip through its stored bytes (dicts keep their key order). Raises
+    :class:`CanonicalEncodingError` as :func:`encode` does."""
     t = type(value)
     if t in _SCALARS:
         return value
@@ -149,11 +208,11 @@ def snapshot(value: Any) -> Any:
                 break
         else:
             return value.copy()  # its keys are hashable: unchangeable for what matters here
-    return decode(encode(value))
+    return decode(_encoded(value, lambda prepared: _dumps_ordered(prepared).encode("utf-8")))
 
 
 def hash_value(value: Any) -> str:
-    """Content hash of ``value`` (hex SHA-256 of its canonical bytes)."""
+    """Content hash of ``value`` (hex SHA-256 of its canonical bytes): its identity."""
     return hashlib.sha256(encode(value)).hexdigest()
 
 
@@ -223,9 +282,7 @@ def _prepare_odd_dict(value: dict) -> Any:
         len(value) == 1 and str(next(iter(value))) in _TAGS
     ):
         return _prepare_dict({str(k): v for k, v in value.items()})  # str subclasses as str
-    pairs = [[_prepare(k), _prepare(v)] for k, v in value.items()]
-    pairs.sort(key=lambda pair: _sort_key(pair[0]))
-    return {"$map": pairs}
+    return {"$map": [[_prepare(k), _prepare(v)] for k, v in value.items()]}  # sorted by _canonical
 
 
 def _prepare_other(value: Any) -> Any:
@@ -290,33 +347,35 @@ def _sort_key(prepared: Any) -> bytes:
 
 # -- encoding with shared parts ----------------------------------------------------------------
 # The prompts of a conversation repeat every earlier message, so the steps of one chain hold
-# the same messages many times. The canonical encoding is compositional: a list is "[" + its
-# items' encodings joined by "," + "]", and a dict whose keys are all str (and that does not
-# look like a tag) is its sorted '"key":value' pairs in braces. _encode_shared assembles a
-# value's lists (at the top or directly under a top-level dict) that way from their items,
-# and looks each container item up in the memo.
+# the same messages many times. Both encodings are compositional: a list is "[" + its items'
+# encodings joined by "," + "]", and a dict whose keys are all str (and that does not look
+# like a tag) is its '"key":value' pairs in braces, sorted for the canonical bytes and in its
+# own order for the stored ones. _encode_shared assembles a value's lists (at the top or
+# directly under a top-level dict) that way from their items, and looks each container item
+# up in the memo.
 #
 # An item is looked up by its marshal bytes, which pin down the exact types as well as the
-# values (1, 1.0 and True differ; a subclass of a built-in type cannot be marshalled at all).
-# Only items that _prepare leaves unchanged (plain JSON data) are stored: marshal writes every
-# bytes-like object as bytes, so an item that equals a stored one byte for byte holds no
-# bytes-like object either, and is the same plain data with the same canonical bytes.
+# values (1, 1.0 and True differ; a subclass of a built-in type cannot be marshalled at all)
+# and the order of every dict's keys. Only items that _prepare leaves unchanged (plain JSON
+# data) are stored: marshal writes every bytes-like object as bytes, so an item that equals a
+# stored one byte for byte holds no bytes-like object either, and is the same plain data with
+# the same bytes.
 
 
 class Memo:
-    """Canonical bytes of list items already encoded, reused by :func:`encode` when the same
-    item (same values and types) comes again. Use one per batch of related values (a chain's
-    steps) and drop it afterwards; it is not thread-safe."""
+    """Both encodings of list items already encoded, reused by :func:`encode_stored` when the
+    same item (same values, types and key order) comes again. Use one per batch of related
+    values (a chain's steps) and drop it afterwards; it is not thread-safe."""
 
     __slots__ = ("items",)
 
     def __init__(self) -> None:
-        self.items: dict[bytes, bytes] = {}
+        self.items: dict[bytes, tuple[bytes, bytes]] = {}
 
 
-def _encode_shared(value: Any, memo: Memo) -> bytes:
-    """``encode(value)``, with the lists at its top, or directly under a top-level dict whose
-    keys ``_prepare`` keeps, assembled from their items."""
+def _encode_shared(value: Any, memo: Memo) -> tuple[bytes, bytes]:
+    """``(canonical bytes, stored bytes)`` of ``value``, with the lists at its top, or directly
+    under a top-level dict whose keys ``_prepare`` keeps, assembled from their items."""
     if type(value) is list:
         return _encode_list(value, memo)
     if (
@@ -325,39 +384,43 @@ def _encode_shared(value: Any, memo: Memo) -> bytes:
         and all(type(k) is str for k in value)
         and not (len(value) == 1 and next(iter(value)) in _TAGS)
     ):
-        pairs = [
-            (_key(k) + ":").encode("utf-8")
-            + (_encode_list(item, memo) if type(item) is list else _plain(item))
-            for k, item in sorted(value.items())
-        ]
-        return b"{" + b",".join(pairs) + b"}"
-    return _plain(value)
+        pairs = []
+        for k, item in value.items():
+            canon, data = _encode_list(item, memo) if type(item) is list else _both(_prepare(item))
+            key = (_key(k) + ":").encode("utf-8")
+            pairs.append((k, key + canon, key + data))
+        data = b"{" + b",".join(pair[2] for pair in pairs) + b"}"
+        pairs.sort(key=lambda pair: pair[0])
+        return b"{" + b",".join(pair[1] for pair in pairs) + b"}", data
+    return _both(_prepare(value))
 
 
-def _encode_list(value: list, memo: Memo) -> bytes:
-    parts = []
+def _encode_list(value: list, memo: Memo) -> tuple[bytes, bytes]:
+    known = memo.items
+    pairs = []
     for item in value:
         t = type(item)
         if t is not dict and t is not list:
-            parts.append(_plain(item))
+            pairs.append(_both(_prepare(item)))
             continue
         try:
             key = marshal.dumps(item, 2)
         except ValueError:  # a subclass, or too deep: no key, encode it afresh
-            parts.append(_plain(item))
-            continue
-        data = memo.items.get(key)
-        if data is None:
+            key = None
+        pair = known.get(key)  # type: ignore[arg-type]
+        if pair is None:
             prepared = _prepare(item)
-            data = _dumps(prepared).encode("utf-8")
-            if prepared is item:
-                memo.items[key] = data
-        parts.append(data)
-    return b"[" + b",".join(parts) + b"]"
-
-
-def _plain(value: Any) -> bytes:
-    return _dumps(_prepare(value)).encode("utf-8")
+            pair = _both(prepared)
+            if prepared is item and key is not None:
+                known[key] = pair
+        pairs.append(pair)
+    if not pairs:
+        return b"[]", b"[]"
+    canon_parts, data_parts = zip(*pairs, strict=True)
+    data = b"[" + b",".join(data_parts) + b"]"
+    if canon_parts == data_parts:  # (identical objects compare without looking at bytes)
+        return data, data
+    return b"[" + b",".join(canon_parts) + b"]", data
 
 
 # -- decoding ---------------------------------------------------------------------------------

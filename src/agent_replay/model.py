@@ -117,7 +117,11 @@ class Step:
     input_hash: str
     output_hash: str
     step_hash: str
-    # canonical bytes of inputs / output payload, kept so that storing never re-encodes
+    # where the stored bytes of inputs / output payload are kept, when that is not their
+    # content hash (a dict in them has its keys out of sorted order: see canonical); sealed
+    input_blob: str = field(repr=False, default="")
+    output_blob: str = field(repr=False, default="")
+    # stored bytes of inputs / output payload, kept so that storing never re-encodes
     input_bytes: bytes = field(repr=False, compare=False, default=b"")
     output_bytes: bytes = field(repr=False, compare=False, default=b"")
     header_bytes: bytes = field(repr=False, compare=False, default=b"")
@@ -142,12 +146,12 @@ class Step:
         """
         kind = StepKind.parse(draft.kind)
         try:
-            input_bytes, input_hash = canonical.encode_and_hash(draft.inputs, memo)
+            inputs = canonical.encode_stored(draft.inputs, memo)
         except CanonicalEncodingError as exc:
             raise exc.located(f"{_where(index, kind, draft)} inputs") from None
         payload = _output_payload(draft.action, draft.observation, draft.observed, draft.error)
         try:
-            output_bytes, output_hash = canonical.encode_and_hash(payload, memo)
+            output = canonical.encode_stored(payload, memo)
         except CanonicalEncodingError as exc:
             raise exc.located(f"{_where(index, kind, draft)} output") from None
         # A frozen dataclass's __init__ sets each field through object.__setattr__; filling
@@ -173,11 +177,13 @@ class Step:
             parent_span_id=draft.parent_span_id,
             attributes=dict(draft.attributes or {}),
             prev_hash=prev_hash,
-            input_hash=input_hash,
-            output_hash=output_hash,
+            input_hash=inputs.hash,
+            output_hash=output.hash,
             step_hash="",
-            input_bytes=input_bytes,
-            output_bytes=output_bytes,
+            input_blob="" if inputs.blob == inputs.hash else inputs.blob,
+            output_blob="" if output.blob == output.hash else output.blob,
+            input_bytes=inputs.data,
+            output_bytes=output.data,
             header_bytes=b"",
         )
         try:
@@ -224,8 +230,9 @@ class Step:
         return (self.kind.value, self.name, self.input_hash)
 
     def header(self) -> dict[str, Any]:
-        """The hashed description of this step: every stored field, content by hash."""
-        return {
+        """The hashed description of this step: every stored field, content by hash (and by
+        where its stored bytes are, when that differs)."""
+        header = {
             "v": _SCHEMA,
             "prev": self.prev_hash,
             "index": self.index,
@@ -240,6 +247,11 @@ class Step:
             "input_hash": self.input_hash,
             "output_hash": self.output_hash,
         }
+        if self.input_blob:
+            header["input_blob"] = self.input_blob
+        if self.output_blob:
+            header["output_blob"] = self.output_blob
+        return header
 
     def draft(self) -> StepDraft:
         """An unsealed copy, e.g. to re-chain it at another position."""
@@ -268,11 +280,16 @@ class Step:
 
     def check(self) -> str | None:
         """Recompute every hash; ``None`` when consistent, else what is wrong."""
-        payload = self.output_payload()
-        if canonical.hash_value(self.inputs) != self.input_hash:
+        inputs = canonical.encode_stored(self.inputs)
+        output = canonical.encode_stored(self.output_payload())
+        if inputs.hash != self.input_hash:
             return "inputs do not match input_hash"
-        if canonical.hash_value(payload) != self.output_hash:
+        if output.hash != self.output_hash:
             return "outputs do not match output_hash"
+        if inputs.blob != (self.input_blob or self.input_hash):
+            return "inputs do not match input_blob"
+        if output.blob != (self.output_blob or self.output_hash):
+            return "outputs do not match output_blob"
         if canonical.hash_value(self.header()) != self.step_hash:
             return "header does not match step_hash"
         return None

@@ -536,3 +536,29 @@ def test_a_held_built_in_exception_carries_what_it_was_built_with():
             ["FileNotFoundError", True, "/nonexistent/agent-replay-probe.txt"],
         ]
     )
+
+
+def test_a_served_dict_keeps_its_key_order_in_memory_and_through_the_store(tmp_path):
+    """Recorded dicts were served with their keys sorted (the canonical encoding's order), so
+    an agent that read one in order (its first key, ``", ".join(d)`` into a prompt) took
+    another path on a factual replay, reported as a divergence."""
+    from agent_replay import CheckpointStore
+
+    def agent(ctx):
+        scalars = ctx.tool("scalars", produce=lambda: {"z": 1, "a": 2})
+        nested = ctx.tool("nested", produce=lambda: {"z": 1, "a": [{"y": 2, "b": 3}], 2: 0, 1: 0})
+        text = ctx.llm("write", produce=lambda: "ok", prompt=", ".join(map(str, nested)))
+        return [list(scalars), list(nested), list(nested["a"][0]), text]
+
+    recorded = record(agent, seed=0, session_id="ordered")
+    assert recorded.outcome.result == [["z", "a"], ["z", "a", 2, 1], ["y", "b"], "ok"]
+    with CheckpointStore(tmp_path / "runs.sqlite") as store:
+        store.save(recorded)
+        loaded = store.load("ordered")
+    assert list(loaded.steps[1].action) == ["z", "a", 2, 1]
+    assert loaded.steps[2].inputs == {"prompt": "z, a, 2, 1"}
+    for trajectory in (recorded, loaded):
+        again = replay(agent, trajectory)
+        assert not again.diverged and again.live_steps == 0
+        assert again.result == recorded.outcome.result
+        assert again.trajectory().head_hash == recorded.head_hash

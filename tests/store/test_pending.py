@@ -1,7 +1,9 @@
 """Schema 2: the receiver's pending tables, the migration from schema 1, and DurableSpanSink."""
 
 import json
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +62,7 @@ def test_a_schema_1_store_is_migrated_in_place_and_stays_readable(db_path):
     conn = sqlite3.connect(db_path)
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
     conn.close()
-    assert int(version) == SCHEMA_VERSION == 3
+    assert int(version) == SCHEMA_VERSION == 4
 
 
 def test_a_newer_schema_is_refused(db_path):
@@ -184,3 +186,30 @@ def test_a_late_span_of_a_purged_trace_finds_its_conversation(db_path):
         sink.assemble_ready(force=True)
         assert store.session_ids() == ["conv"]
         assert [s.action for s in store.load("conv").steps] == ["first", "late"]
+
+
+def test_a_schema_3_store_written_by_the_release_before_loads_and_takes_new_sessions(tmp_path):
+    """``data/schema3.sqlite`` was written by agent-replay at commit 9549486 (store schema 3,
+    every blob in canonical order: see data/README.md). Schema 4 changed no table, only what a
+    step header may name, so the old file loads as it is and takes new sessions."""
+    from agent_replay import record
+
+    db = tmp_path / "old.sqlite"
+    shutil.copyfile(Path(__file__).parent / "data" / "schema3.sqlite", db)
+    head = "396b626367894f04caea89ee299d8e1aca0d367603d6e7ff730f20baefb9c061"
+    with CheckpointStore(db, read_only=True) as store:
+        old = store.load("schema3")
+    assert old.head_hash == head and old.verify() is None
+    # the one order a schema 3 store kept: keys sorted, non-str keys after str ones
+    assert list(old.steps[0].action) == ["a", "z", 1, 2]
+    assert old.steps[1].inputs == {"prompt": "z, a, 2, 1"}  # as the agent saw it
+    with CheckpointStore(db) as store:  # opened for writing: migrated
+        assert store.load("schema3") == old
+        new = record(lambda ctx: ctx.tool("t", produce=lambda: {"z": 1, "a": 2}), seed=0)
+        store.save(new)
+        assert list(store.load(new.session_id).steps[0].action) == ["z", "a"]
+        assert all(result.ok for result in store.verify())
+    conn = sqlite3.connect(db)
+    version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    conn.close()
+    assert int(version) == SCHEMA_VERSION == 4

@@ -350,7 +350,7 @@ class Replayer:
             payload = (
                 canonical.decode(recorded.output_bytes)
                 if recorded.output_bytes
-                else canonical.decode(canonical.encode(recorded.output_payload()))
+                else canonical.snapshot(recorded.output_payload())
             )
             action, observation = payload.get("action"), payload.get("observation")
         decision = Decision(
@@ -622,7 +622,7 @@ def _same_inputs(live: Any, recorded: Step) -> bool:
 def _fresh(value: Any) -> Any:
     if isinstance(value, _IMMUTABLE):
         return value
-    return canonical.decode(canonical.encode(value))
+    return canonical.snapshot(value)
 
 
 def _describe_call(call: StepCall) -> str:

@@ -2,8 +2,11 @@
 
 Layout (schema version in ``meta``):
 
-* ``blobs(hash, data)``: canonical bytes of step inputs and outputs, one row per distinct
-  content, shared by every step, session and fork that holds it.
+* ``blobs(hash, data)``: stored bytes of step inputs and outputs (see
+  :mod:`agent_replay.canonical`), keyed by their digest, one row per distinct content, shared
+  by every step, session and fork that holds it. A step's header names its content by its
+  canonical hash and, when the stored bytes differ from the canonical ones (a dict whose keys
+  are not in sorted order), the blob they are in (``input_blob`` / ``output_blob``).
 * ``steps(hash, prev, idx, header)``: a step's hashed header (its content by hash); keyed by
   ``step_hash``, so a prefix shared by a fork and its parent is stored once.
 * ``sessions(session_id, head, header, digest, ...)``: a trajectory is its head step plus the
@@ -21,9 +24,11 @@ Layout (schema version in ``meta``):
   hashed session headers (``metadata["trace_ids"]``), not part of any hash.
 
 Schema history: 1 → 2 added the two pending tables; 2 → 3 the trace index, filled from the
-stored session headers. An older file is migrated in place, in one transaction, the first
-time this version opens it (nothing else changes, so everything in it stays readable); a file
-of a newer schema is refused by agent-replay versions that do not know it.
+stored session headers; 3 → 4 the step headers' blob addresses (no table changes: a version-3
+file reads as it is, every dict's keys in sorted order, the only order it kept). An older
+file is migrated in place, in one transaction, the first time this version opens it (nothing
+else changes, so everything in it stays readable); a file of a newer schema is refused by
+agent-replay versions that do not know it.
 
 Loading checks every blob hash, every step hash, every link and the session digest, and raises
 :class:`ChainIntegrityError` at the first mismatch: a tampered or corrupted session never
@@ -65,7 +70,7 @@ from ..model import (
 
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 WAL_LIMIT_BYTES = 64 << 20
 """What the write-ahead log is truncated to after a checkpoint."""
 # what SQLite raises on a damaged file: its errors, and text (its own messages included) that
@@ -342,8 +347,8 @@ class CheckpointStore:
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
-            # migrations 1 → 2 → 3: the statements above added the pending tables and the
-            # trace index
+            # migrations 1 → 2 → 3 → 4: the statements above added the pending tables and the
+            # trace index (4 changes no table)
             conn.execute(
                 "UPDATE meta SET value=? WHERE key='schema_version' AND CAST(value AS INTEGER) < ?",
                 (str(SCHEMA_VERSION), SCHEMA_VERSION),
@@ -513,11 +518,17 @@ class CheckpointStore:
             else:
                 traj, header, after = item, item.header(), None
             for step in traj.steps:
-                blobs.setdefault(step.input_hash, step.input_bytes or canonical.encode(step.inputs))
-                if step.output_hash not in blobs:
-                    blobs[step.output_hash] = step.output_bytes or canonical.encode(
-                        step.output_payload()
-                    )
+                for blob, data, value in (
+                    (step.input_blob or step.input_hash, step.input_bytes, step.inputs),
+                    (step.output_blob or step.output_hash, step.output_bytes, None),
+                ):
+                    if blob not in blobs:
+                        if not data:
+                            stored = canonical.encode_stored(
+                                step.output_payload() if value is None else value
+                            )
+                            blob, data = stored.blob, stored.data
+                        blobs[blob] = data
                 if step.step_hash not in steps:
                     data = step.header_bytes or canonical.encode(step.header())
                     steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, data)
@@ -924,20 +935,27 @@ class CheckpointStore:
     ) -> tuple[Step, ...]:
         """Steps from checked headers (the first at index ``first``), their content loaded and
         checked against its hashes."""
-        blobs = self._blobs({h[k] for _, h, _ in headers for k in ("input_hash", "output_hash")})
+        addresses = []
+        for position, (_, header, _) in enumerate(headers, first):
+            try:
+                addresses.append((_blob(header, "input"), _blob(header, "output")))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise broken(f"stored step is not readable ({exc})", position) from None
+        blobs = self._blobs({blob for pair in addresses for blob in pair})
         steps = []
         for position, (step_hash, header, header_bytes) in enumerate(headers, first):
+            input_blob, output_blob = addresses[position - first]
             try:
-                input_bytes = blobs[header["input_hash"]]
-                output_bytes = blobs[header["output_hash"]]
+                input_bytes = blobs[input_blob]
+                output_bytes = blobs[output_blob]
             except KeyError:
                 raise broken("content blob is missing", position) from None
             if not isinstance(input_bytes, bytes) or not isinstance(output_bytes, bytes):
                 raise broken("content blob is not stored as bytes", position)
-            if canonical.digest(input_bytes) != header["input_hash"]:
-                raise broken("inputs do not match input_hash", position)
-            if canonical.digest(output_bytes) != header["output_hash"]:
-                raise broken("outputs do not match output_hash", position)
+            if canonical.digest(input_bytes) != input_blob:
+                raise broken("inputs do not match their content address", position)
+            if canonical.digest(output_bytes) != output_blob:
+                raise broken("outputs do not match their content address", position)
             try:
                 steps.append(
                     _step_from_stored(step_hash, header, header_bytes, input_bytes, output_bytes)
@@ -1137,6 +1155,15 @@ def _same_summary(stored: tuple[Any, ...], expected: tuple[Any, ...]) -> bool:
     return all(type(a) is type(b) and a == b for a, b in zip(stored, expected, strict=True))
 
 
+def _blob(header: dict, part: str) -> str:
+    """Where a step's ``part`` ("input" or "output") is stored (a ``KeyError`` or
+    ``TypeError`` on a header that does not say)."""
+    blob = header.get(f"{part}_blob") or header[f"{part}_hash"]
+    if not isinstance(blob, str):
+        raise TypeError(f"{part} address is not a string")
+    return blob
+
+
 def _step_from_stored(
     step_hash: str, header: dict, header_bytes: bytes, input_bytes: bytes, output_bytes: bytes
 ) -> Step:
@@ -1165,6 +1192,8 @@ def _step_from_stored(
         input_hash=header["input_hash"],
         output_hash=header["output_hash"],
         step_hash=step_hash,
+        input_blob=header.get("input_blob", ""),
+        output_blob=header.get("output_blob", ""),
         input_bytes=input_bytes,
         output_bytes=output_bytes,
         header_bytes=header_bytes,
