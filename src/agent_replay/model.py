@@ -225,6 +225,13 @@ class Step:
         return f"{self.kind.value}:{self.name}"
 
     @property
+    def within(self) -> int | None:
+        """Index of the step whose ``produce`` or ``observe`` started this one (``None``: the
+        agent called it itself). A replay that serves that step serves this one with it."""
+        within = self.attributes.get("within_step")
+        return within if type(within) is int and 0 <= within < self.index else None
+
+    @property
     def identity(self) -> tuple[str, str, str]:
         """``(kind, name, input_hash)``: how a live call is matched to this recorded step."""
         return (self.kind.value, self.name, self.input_hash)

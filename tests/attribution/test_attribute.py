@@ -615,3 +615,31 @@ def test_a_repair_must_beat_the_recorded_action_not_only_a_fixed_bar():
     # the rate is measured again on new seeds: the best of eight candidates on the seeds it
     # was chosen on said 0.13 on average where every action fails 0.2 of the time
     assert 0.15 < sum(rates) / len(rates) < 0.25, rates
+
+
+def test_a_failure_made_inside_a_nested_step_is_blamed_on_the_step_that_started_it():
+    """Steps started inside another step's produce replay with it (a plan holding the outer
+    step serves them). The rollouts of prefix plans were shared as if every step ran in
+    position order: a re-draw that branched inside the planner counted as a sample of the
+    plans that hold the planner, and the verdict was "undecided" with the planner's effect
+    read as +0.00 [-0.54, +0.54]; the true effect is 0.6 (the summary fails 4 draws in 10)."""
+
+    def agent(ctx):
+        def summarise():
+            return ctx.llm("summarise", produce=lambda: ctx.rng.randint(0, 9), q="refund")
+
+        def plan():
+            return {"hits": ctx.tool("search", produce=lambda: [summarise()], q="refund")}
+
+        p = ctx.llm("planner", produce=plan)
+        return [p, ctx.llm("write", produce=lambda: ctx.rng.randint(0, 9), plan=p)]
+
+    def verifier(result):
+        return 0.0 if 3 <= result[0]["hits"][0] <= 6 else 1.0
+
+    run = next(
+        r for seed in range(50) if (r := record(agent, seed=seed, verifier=verifier)).outcome.failed
+    )
+    result = attribute(run, agent, verifier)
+    assert result.verdict == "separated" and result.culprit_index == 0
+    assert result.culprit.interval.low <= 0.6 <= result.culprit.interval.high

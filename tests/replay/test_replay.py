@@ -562,3 +562,90 @@ def test_a_served_dict_keeps_its_key_order_in_memory_and_through_the_store(tmp_p
         assert not again.diverged and again.live_steps == 0
         assert again.result == recorded.outcome.result
         assert again.trajectory().head_hash == recorded.head_hash
+
+
+def nested_agent(ctx):
+    """A planner whose produce calls a tool, which itself calls an llm (two levels)."""
+
+    def summarise():
+        return ctx.llm("summarise", produce=lambda: f"sum{ctx.rng.randint(0, 9)}", q="refund")
+
+    def plan():
+        hits = ctx.tool("search", produce=lambda: [summarise(), "doc2"], q="refund")
+        return {"plan": hits, "pick": ctx.rng.randint(0, 99)}
+
+    p = ctx.llm("planner", produce=plan)
+    answer = ctx.llm("write", produce=lambda: f"ok{ctx.rng.randint(0, 9)}", plan=p)
+    return [p, answer]
+
+
+def test_a_step_started_inside_another_replays_with_it():
+    """A step started inside another's produce made every factual replay diverge: the outer
+    step was served without running its produce, so the inner call never happened and every
+    later call bound one position off."""
+    recorded = record(nested_agent, seed=3)
+    assert [s.label for s in recorded.steps] == [
+        "llm:planner",
+        "tool:search",
+        "llm:summarise",
+        "llm:write",
+    ]
+    assert [s.attributes.get("within_step") for s in recorded.steps] == [None, 0, 1, None]
+    for seed in range(3):
+        again = replay(nested_agent, recorded, seed=seed)
+        assert not again.diverged and again.live_steps == 0 and again.served_steps == 4
+        assert again.result == recorded.outcome.result
+        assert again.trajectory().head_hash == recorded.head_hash
+
+
+def test_a_nested_step_is_redrawn_with_the_step_that_started_it():
+    recorded = record(nested_agent, seed=3)
+    # re-drawing the planner runs its produce: the steps inside run live again, in place
+    redrawn = replay(nested_agent, recorded, ReplayPlan.ablate_from(0), seed=1)
+    assert not redrawn.diverged and redrawn.live_steps == 4
+    assert [d.name for d in redrawn.drafts] == ["planner", "search", "summarise", "write"]
+    # holding the planner holds everything it started: re-drawing from inside it changes
+    # nothing before the next top-level step
+    inner = replay(nested_agent, recorded, ReplayPlan.ablate_from(2), seed=1)
+    assert not inner.diverged and inner.live_steps == 1 and inner.served_steps == 3
+    # a forced planner never ran its produce: what it started is not part of the run
+    forced = replay(nested_agent, recorded, ReplayPlan.factual().force(0, {"plan": []}))
+    assert not forced.diverged
+    assert [d.name for d in forced.drafts] == ["planner", "write"]
+    assert forced.result[0] == {"plan": []}
+    removed = replay(nested_agent, recorded, ReplayPlan.factual().remove(0))
+    assert not removed.diverged and [d.name for d in removed.drafts] == ["write"]
+
+
+def test_async_nested_steps_replay_with_the_step_that_started_them():
+    async def agent(ctx):
+        async def plan():
+            hits = await ctx.tool("search", produce=lambda: ["doc1"], q="refund")
+            return {"plan": hits}
+
+        p = await ctx.llm("planner", produce=plan)
+        return await ctx.llm("write", produce=lambda: "ok", plan=p)
+
+    recorded = asyncio.run(arecord(agent, seed=0))
+    again = asyncio.run(areplay(agent, recorded))
+    assert not again.diverged and again.live_steps == 0
+    assert again.trajectory().head_hash == recorded.head_hash
+
+
+def test_an_intervention_inside_a_step_the_plan_serves_is_refused_before_running():
+    from agent_replay import fork
+
+    recorded = record(nested_agent, seed=3)
+    for plan in (
+        ReplayPlan.factual().force(1, ["x"]),
+        ReplayPlan.factual().remove(2),
+        ReplayPlan.factual().swap_model("m2", 2),
+    ):
+        with pytest.raises(PlanError, match="started inside step"):
+            replay(nested_agent, recorded, plan)
+    with pytest.raises(PlanError, match="started inside step 0"):
+        fork(nested_agent, recorded, at_step=1, do=["x"])
+    # with the steps around it re-drawn, the intervention applies
+    plan = ReplayPlan.ablate_from(0).force(2, "forced summary")
+    again = replay(nested_agent, recorded, plan, seed=1)
+    assert again.result[0]["plan"][0] == "forced summary"

@@ -77,11 +77,12 @@ class _ActiveStep(KeyedRandom):
     """The step whose produce/observe is running: its context and model hint, and its own
     random stream (the step *is* its stream: one object per live step)."""
 
-    def __init__(self, ctx: AgentContext, seed: int, model_hint: str | None) -> None:
+    def __init__(self, ctx: AgentContext, seed: int, model_hint: str | None, position: int) -> None:
         self._state = seed
         self.gauss_next = None
         self.ctx = ctx
         self.model_hint = model_hint
+        self.position = position
 
 
 # The step whose produce/observe is running, and the run the calling code is inside.
@@ -114,6 +115,7 @@ class StepCall:
     agent: str | None = None
     operation: str | None = None
     attributes: dict[str, Any] | None = None  # extra facts a policy reports (token usage)
+    within: int | None = None  # position of the step whose produce/observe made this call
 
 
 @dataclass(slots=True)
@@ -171,7 +173,11 @@ class StepResult:
 
 
 class Driver(Protocol):
-    """Decides each step of a run and collects the outcome (recorder, replayer, ...)."""
+    """Decides each step of a run and collects the outcome (recorder, replayer, ...).
+
+    ``begin`` runs under the context's position lock, so it may move ``ctx.position`` past
+    positions the run will not call (steps the recording started inside a step that is not
+    run live)."""
 
     def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision: ...
 
@@ -350,12 +356,13 @@ class AgentContext:
     def _begin(self, call: StepCall) -> Decision:
         lock = self._position_lock
         lock.acquire()  # not ``with``: this runs once per step, and ``with`` costs twice as much
-        try:
+        try:  # (the decision too: a driver may move ``position`` past steps it skips)
             position = self.position
             self.position = position + 1
+            decision = self._driver.begin(self, call, position)
         finally:
             lock.release()
-        return self._driver.begin(self, call, position)
+        return decision
 
     def _step(self, call: StepCall) -> Any:
         """Run one step through the driver (also the entry point of intercepted calls)."""
@@ -394,7 +401,9 @@ class AgentContext:
             span, span_token = self._start_span(call, decision)
         live = decision.run_produce or decision.run_observe
         active = (
-            _ACTIVE_STEP.set(_ActiveStep(self, decision.seed, decision.model_hint))
+            _ACTIVE_STEP.set(
+                _ActiveStep(self, decision.seed, decision.model_hint, decision.position)
+            )
             if live
             else None
         )
@@ -438,6 +447,9 @@ class AgentContext:
         error: dict[str, Any] | None,
     ) -> None:
         ended = time.time_ns()
+        enclosing = _ACTIVE_STEP.get()  # (this step's own was reset): the step it ran inside
+        if enclosing is not None and enclosing.ctx is self:
+            call.within = enclosing.position
         ids = (None, None, None)
         if span is not None:
             ids = _span_ids(span)

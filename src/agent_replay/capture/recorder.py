@@ -40,6 +40,8 @@ def step_draft(
         attrs["model"] = model
     if call.attributes:
         attrs.update(call.attributes)
+    if call.within is not None:  # how a replay that serves the enclosing step skips this one
+        attrs["within_step"] = call.within
     if attributes:
         attrs.update(attributes)
     return StepDraft(

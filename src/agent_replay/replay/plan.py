@@ -195,6 +195,25 @@ class ReplayPlan:
                     f"cannot {how} step {index} ({step.label}): it is observation-only (no "
                     "policy can re-draw it); give it a resample policy or intervene elsewhere"
                 )
+        steps = trajectory.steps
+        named_steps = {*self.forced, *self.removed, *self.observed, *self.edited, *self.models}
+        for index in sorted(named_steps):
+            outer = steps[index].within
+            while outer is not None:  # a step another one started is only made when that runs
+                if (
+                    self.decision(outer) != RESAMPLE
+                    or not steps[outer].resamplable
+                    or steps[outer].side_effects
+                    or outer in fixed
+                ):
+                    raise PlanError(
+                        f"step {index} ({steps[index].label}) was started inside step {outer} "
+                        f"({steps[outer].label}), which this plan does not re-draw: a replay "
+                        f"that serves step {outer} serves what it started with it, so the "
+                        f"intervention would never apply; intervene on step {outer}, or "
+                        "re-draw it too"
+                    )
+                outer = steps[outer].within
         for index in self.edited:
             step = trajectory.steps[index]
             if not isinstance(step.inputs, Mapping):

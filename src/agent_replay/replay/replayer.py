@@ -208,7 +208,7 @@ class Replayer:
         self.blocked: list[int] = []
         # streams are keyed by the recording too: rollout r of one run and rollout r of
         # another draw independently (common random numbers hold within one recording)
-        self._served, self._recording = _prepared(trajectory)
+        self._served, self._recording, (self._nested, self._outermost) = _prepared(trajectory)
         self._modes = plan.modes(len(self.recorded))
         # derived on first use: a rollout that serves every step never draws
         self._step_base: int | None = None
@@ -230,11 +230,28 @@ class Replayer:
             if position < len(self.recorded):
                 recorded = self.recorded[position]
                 if recorded.kind is call.kind and recorded.name == call.name:
-                    return self._bound(call, position, recorded)
+                    decision = self._bound(call, position, recorded)
+                    if self._nested and position in self._nested:
+                        self._skip_inside(ctx, decision)
+                    return decision
                 self._diverge(call, position, "another operation was called here")
             elif not self.plan.resume:
                 self._diverge(call, position, "more calls than the recording has")
         return self._live(call, position)
+
+    def _skip_inside(self, ctx: AgentContext, decision: Decision) -> None:
+        """When nothing of this step runs live, the steps the recording started inside it
+        are not called either: the next call takes the position after them (``begin`` runs
+        under the context's position lock), and a served step serves them with it."""
+        if not decision.removed and (decision.run_produce or decision.run_observe):
+            return  # it runs: what it starts binds as usual
+        position, inside = decision.position, self._nested[decision.position]
+        ctx.position += inside
+        self.calls += inside
+        if decision.state[0] == "served":  # what it started when recording, as recorded
+            for nested in range(position + 1, position + 1 + inside):
+                self.steps[nested] = (self.recorded[nested],)
+            self.served_steps += inside
 
     def _bound(self, call: StepCall, position: int, recorded: Step) -> Decision:
         plan = self.plan
@@ -445,7 +462,9 @@ class Replayer:
                         raise _Rejoined()
                     return
                 if not self.changed:
-                    self.branch_at = decision.position
+                    # a plan holding the step this one was started inside serves this one
+                    # with it: the first plan that is not this very rollout starts after it
+                    self.branch_at = self._outermost.get(decision.position, decision.position)
                 self.changed = True
         try:  # as it is now: the agent may change it later
             inputs = canonical.snapshot(decision.inputs)
@@ -654,22 +673,52 @@ _FACTUAL = ReplayPlan.factual()
 _PREPARED: dict[int, tuple[weakref.ref, list[Decision | None], str]] = {}
 
 
-def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str]:
+def _prepared(
+    trajectory: Trajectory,
+) -> tuple[list[Decision | None], str, tuple[dict[int, int], dict[int, int]]]:
     """Per recording, built once and shared by its rollouts: the decisions that serve a step
-    exactly as recorded (the same in every rollout, never changed once made), and the key of
+    exactly as recorded (the same in every rollout, never changed once made), the key of
     its random streams - a digest of what each step did (kind, name, input and output
-    hashes; not timings), so the same recorded content always replays the same way."""
+    hashes; not timings), so the same recorded content always replays the same way - and
+    :func:`_nesting`."""
     key = id(trajectory)
     entry = _PREPARED.get(key)
     if entry is not None and entry[0]() is trajectory:
-        return entry[1], entry[2]
+        return entry[1], entry[2], entry[3]
     decisions: list[Decision | None] = [None] * len(trajectory.steps)
     content = canonical.hash_value(
         [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
     )
+    nested = _nesting(trajectory.steps)
     ref = weakref.ref(trajectory, lambda _r, key=key: _PREPARED.pop(key, None))
-    _PREPARED[key] = (ref, decisions, content)
-    return decisions, content
+    _PREPARED[key] = (ref, decisions, content, nested)
+    return decisions, content, nested
+
+
+def _nesting(steps: tuple[Step, ...]) -> tuple[dict[int, int], dict[int, int]]:
+    """Where the recording started steps inside others (their produce or observe called
+    ``ctx.llm`` / ``tool`` / ``memory``: :attr:`Step.within`):
+
+    * position → how many steps were started inside it, for steps whose descendants are
+      exactly the positions right after them (descendants with another step between them,
+      one started concurrently from another thread or task, are left out: a replay that
+      serves such a step diverges after it, as it says);
+    * position of a nested step → position of the outermost step it was started inside.
+    """
+    parent = {step.index: step.within for step in steps if step.within is not None}
+    if not parent:
+        return {}, {}
+    count: dict[int, int] = {}
+    last: dict[int, int] = {}
+    outermost: dict[int, int] = {}
+    for position, up in parent.items():
+        ancestor: int | None = up
+        while ancestor is not None:  # every ancestor (each one earlier: this ends)
+            count[ancestor] = count.get(ancestor, 0) + 1
+            last[ancestor] = max(last.get(ancestor, 0), position)
+            outermost[position] = ancestor
+            ancestor = parent.get(ancestor)
+    return {k: n for k, n in count.items() if last[k] - k == n}, outermost
 
 
 def ensure_verified(trajectory: Trajectory) -> None:
