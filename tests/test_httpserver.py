@@ -26,6 +26,19 @@ class Hello(GuardedHandler):
         self.end_headers()
         self.wfile.write(b"ok")
 
+    def do_POST(self) -> None:
+        length, body = int(self.headers["Content-Length"]), b""
+        while len(body) < length:
+            piece = self.read_paced(min(8, length - len(body)), len(body))
+            if not piece:
+                self.close_connection = True
+                return
+            body += piece
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -115,3 +128,51 @@ def test_on_loopback_a_request_naming_another_host_is_refused(server):
         assert anywhere.host_allowed("agents.example.com:4318") and not anywhere.loopback
     finally:
         anywhere.server_close()
+
+
+def trickle(served, head: bytes, body: bytes, every: float = 0.1) -> float | None:
+    """Send ``head`` at once, then ``body`` a byte every ``every`` seconds; the seconds
+    until the server shut the connection (``None``: it never did)."""
+    slow = socket.create_connection(("127.0.0.1", served.server_address[1]))
+    slow.settimeout(every)
+    started = time.monotonic()
+    slow.sendall(head)
+    try:
+        for byte in body:
+            try:
+                slow.sendall(bytes([byte]))
+                if slow.recv(1) == b"":
+                    return time.monotonic() - started
+            except TimeoutError:
+                continue
+            except OSError:
+                return time.monotonic() - started
+        return None
+    finally:
+        slow.close()
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_off_once_it_falls_behind_the_pace(server):
+    """A body trickled within the read timeout held its thread and connection (and, in the
+    receiver, its part of the memory budget) as long as the client liked."""
+    served = server(head_seconds=0.5, min_body_rate=64)
+    head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400\r\n\r\n"
+    took = trickle(served, head, b"x" * 400)  # 10 bytes/s: 40 s if it were let through
+    assert took is not None and took < 10  # due after 0.5 s + 400/64 s = 6.75 s
+    ok = requests.post(f"http://127.0.0.1:{served.server_address[1]}/", data=b"y" * 300, timeout=5)
+    assert ok.content == b"y" * 300  # a prompt client is served, at any size
+
+
+def test_a_connection_waiting_for_its_body_can_make_room_for_a_new_one(server):
+    served = server(max_connections=1, head_seconds=30)
+    port = served.server_address[1]
+    slow = socket.create_connection(("127.0.0.1", port))
+    slow.settimeout(5)
+    slow.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nab")
+    deadline = time.monotonic() + 5
+    while not served._waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # (its head arrived: now it waits for its body)
+    assert get(served).text == "ok"
+    assert slow.recv(1) == b""  # shut to make room
+    slow.close()

@@ -8,6 +8,12 @@
 * **A request's head must arrive within** ``head_seconds`` from the moment the connection
   waits for it (the socket timeout only bounds each read: a client sending a byte every ten
   seconds held a connection forever). Past it the connection is shut.
+* **A body read with** :meth:`GuardedHandler.read_paced` must keep coming: after
+  ``head_seconds`` of grace from its head, at ``min_body_rate`` bytes a second on average
+  (a body trickled a byte every ten seconds held a thread, a connection and its part of the
+  receiver's memory budget for as long as the client liked; 256 such clients held them
+  all). Past it the connection is shut, and while it waits it is one of the connections a
+  new one can make room by shutting.
 * **DNS rebinding is refused**: a server bound to a loopback address answers 421 to a request
   whose ``Host`` names another host (a web page that rebinds its own name to 127.0.0.1 would
   otherwise read the console, or write into the receiver). A server bound to any other
@@ -38,6 +44,7 @@ class GuardedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     max_connections = 256
     head_seconds = 30.0
+    min_body_rate = 16 << 10  # bytes a second a body must average once its grace is over
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         if ":" in address[0]:
@@ -90,15 +97,21 @@ class GuardedHTTPServer(ThreadingHTTPServer):
 
     def await_head(self, connection: socket.socket) -> None:
         """``connection`` now waits for a request head: shut it if none arrives in time."""
+        self.await_bytes(connection, self.head_seconds)
+
+    def await_bytes(self, connection: socket.socket, seconds: float) -> None:
+        """``connection`` now waits for data from its client: shut it if the wait is not
+        over (:meth:`arrived`) within ``seconds``."""
         with self._guard:
-            self._waiting[connection] = time.monotonic() + self.head_seconds
+            self._waiting[connection] = time.monotonic() + seconds
             if self._watcher is None:
                 self._watcher = threading.Thread(
                     target=self._watch, name="agent-replay-http-heads", daemon=True
                 )
                 self._watcher.start()
 
-    def head_arrived(self, connection: socket.socket) -> None:
+    def arrived(self, connection: socket.socket) -> None:
+        """What ``connection`` waited for arrived (or it stopped waiting)."""
         with self._guard:
             self._waiting.pop(connection, None)
 
@@ -136,21 +149,38 @@ class GuardedHandler(BaseHTTPRequestHandler):
 
     server: GuardedHTTPServer
 
+    _head_at = 0.0  # when the request head being served arrived (monotonic)
+
     def handle_one_request(self) -> None:
         self.server.await_head(self.connection)
         try:
             super().handle_one_request()
         finally:
-            self.server.head_arrived(self.connection)
+            self.server.arrived(self.connection)
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()
-        self.server.head_arrived(self.connection)
+        self.server.arrived(self.connection)
+        self._head_at = time.monotonic()
         if parsed and not self.server.host_allowed(self.headers.get("Host")):
             self.close_connection = True
             self.send_error(421, "Misdirected Request", "this server answers its own address only")
             return False
         return parsed
+
+    def read_paced(self, size: int, received: int, *, line: bool = False) -> bytes:
+        """What has arrived of the request body, up to ``size`` bytes (a whole line of at
+        most ``size`` with ``line=True``: chunk sizes), of which ``received`` bytes came
+        before, at the server's pace (see the module docstring). Empty when the client
+        closed, or was too slow and its connection was shut."""
+        server = self.server
+        allowance = (received + (size if line else 1)) / server.min_body_rate
+        due = self._head_at + server.head_seconds + allowance
+        server.await_bytes(self.connection, due - time.monotonic())
+        try:
+            return self.rfile.readline(size) if line else self.rfile.read1(size)
+        finally:
+            server.arrived(self.connection)
 
 
 def _is_loopback(host: str) -> bool:

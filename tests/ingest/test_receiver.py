@@ -787,3 +787,36 @@ def test_on_loopback_an_export_naming_another_host_is_refused(served, db_path):
     assert planted.status_code == 421
     assert post(collector, otlp_json_request(), "application/json").status_code == 200
     assert len(pending_ids(db_path)) == 4
+
+
+def test_a_trickled_body_is_cut_off_and_gives_back_its_memory(served):
+    """A body sent a byte at a time within the read timeout kept its thread, connection and
+    held bytes as long as the client liked; now it must keep a pace once its grace is over."""
+    collector, _store = served()
+    collector.http_server.head_seconds = 0.5
+    collector.http_server.min_body_rate = 1024
+    slow = socket.create_connection(("127.0.0.1", collector.http_port))
+    slow.settimeout(0.2)
+    slow.sendall(
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100000\r\n\r\n" + b" " * 2000
+    )
+    started, closed = time.monotonic(), False
+    while time.monotonic() - started < 15:
+        try:
+            slow.sendall(b" ")
+            if slow.recv(1) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            closed = True
+            break
+    slow.close()
+    assert closed and time.monotonic() - started < 10
+    deadline = time.monotonic() + 5
+    while collector.receiver._held_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert collector.receiver._held_bytes == 0
+    assert post(collector, otlp_json_request(), "application/json").status_code == 200

@@ -158,7 +158,7 @@ class _Handler(GuardedHandler):
         # holds only what it sent, not the whole budget
         body = bytearray()
         while len(body) < length:
-            chunk = self.rfile.read(min(_READ_BYTES, length - len(body)))
+            chunk = self.read_paced(min(_READ_BYTES, length - len(body)), len(body))
             if not chunk:
                 break
             body += chunk
@@ -171,14 +171,14 @@ class _Handler(GuardedHandler):
     def _read_chunked(self, limit: int, hold: Hold) -> bytes:
         body = bytearray()  # one buffer: a list of many tiny chunks cost 70 times their size
         while True:
-            line = self.rfile.readline(1026)
+            line = self.read_paced(1026, len(body), line=True)
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
                 self.close_connection = True
                 raise BadRequest("malformed chunked body") from None
             if size == 0:
-                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                while self.read_paced(1026, len(body), line=True) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
                 return bytes(body)
             if len(body) + size > limit:
@@ -186,13 +186,13 @@ class _Handler(GuardedHandler):
                 raise TooLarge(f"chunked body exceeds the {limit}-byte limit")
             end = len(body) + size
             while len(body) < end:
-                piece = self.rfile.read(min(_READ_BYTES, end - len(body)))
+                piece = self.read_paced(min(_READ_BYTES, end - len(body)), len(body))
                 if not piece:
                     self.close_connection = True
                     raise BadRequest("chunked body cut short")
                 body += piece
                 hold.grow(len(body))
-            self.rfile.readline(3)
+            self.read_paced(3, len(body), line=True)
 
     # -- methods ----------------------------------------------------------------------------
 
