@@ -232,6 +232,12 @@ class Step:
         return within if type(within) is int and 0 <= within < self.index else None
 
     @property
+    def within_observe(self) -> bool:
+        """Whether :attr:`within` names a step whose ``observe`` (not its ``produce``)
+        started this one."""
+        return self.within is not None and self.attributes.get("within_phase") == "observe"
+
+    @property
     def identity(self) -> tuple[str, str, str]:
         """``(kind, name, input_hash)``: how a live call is matched to this recorded step."""
         return (self.kind.value, self.name, self.input_hash)

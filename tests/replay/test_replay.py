@@ -649,3 +649,120 @@ def test_an_intervention_inside_a_step_the_plan_serves_is_refused_before_running
     plan = ReplayPlan.ablate_from(0).force(2, "forced summary")
     again = replay(nested_agent, recorded, plan, seed=1)
     assert again.result[0]["plan"][0] == "forced summary"
+
+
+def planner_agent(ctx):
+    """The planner draws a topic and searches it inside its produce."""
+
+    def plan():
+        topic = ctx.rng.choice(["refund", "shipping", "billing", "returns"])
+        return {"topic": topic, "hits": ctx.tool("search", produce=lambda: f"doc:{topic}", q=topic)}
+
+    p = ctx.llm("planner", produce=plan)
+    return [p, ctx.llm("write", produce=lambda: ctx.rng.random() < 0.5, plan=p)]
+
+
+def test_a_redrawn_step_that_passes_what_it_drew_to_a_step_inside_it_does_not_diverge():
+    """A call inside a re-drawn step bound before that step finished, so its new inputs read
+    as "inputs differ from the recording" with nothing upstream changed: a divergence, and a
+    Shapley coalition's held steps ran live."""
+    recorded = record(planner_agent, seed=0)
+    rollouts = [
+        replay(planner_agent, recorded, ReplayPlan.ablate_from(0), seed=s) for s in range(20)
+    ]
+    assert not any(r.diverged for r in rollouts)
+    assert {r.result[0]["topic"] for r in rollouts} != {recorded.outcome.result[0]["topic"]}
+    assert all(r.result[0]["hits"] == f"doc:{r.result[0]['topic']}" for r in rollouts)
+    held_write = [
+        replay(planner_agent, recorded, ReplayPlan.coalition([2]), seed=s) for s in range(20)
+    ]
+    assert all(r.result[1] == recorded.outcome.result[1] for r in held_write)
+    strict = dataclasses.replace(ReplayPlan.ablate_from(0), strict=True)
+    assert all(not replay(planner_agent, recorded, strict, seed=s).diverged for s in range(20))
+
+
+def test_a_forced_step_drops_what_its_produce_started_and_runs_what_its_observe_starts():
+    def agent(ctx):
+        def produce():
+            return {"query": ctx.llm("ask", produce=lambda: "PLAN", role="planner")}
+
+        def observe(action):
+            return ctx.llm("ask", produce=lambda: f"EXECUTED {action['query']}", role="executor")
+
+        found = ctx.tool("search", produce=produce, observe=observe)
+        return ctx.llm("write", produce=lambda: f"answer from {found}", obs=found)
+
+    recorded = record(agent, seed=0)
+    assert [(s.name, s.within, s.within_observe) for s in recorded.steps] == [
+        ("search", None, False),
+        ("ask", 0, False),
+        ("ask", 0, True),
+        ("write", None, False),
+    ]
+    plan = ReplayPlan.ablate_from(1).force(0, {"query": "forced"})
+    forced = replay(agent, recorded, plan, seed=0)
+    assert not forced.diverged
+    assert forced.result == "answer from EXECUTED forced"  # the observe ran on the forced action
+    assert [d.inputs.get("role") for d in forced.drafts] == [None, "executor", None]
+    mocked = replay(agent, recorded, ReplayPlan.ablate_from(1).observe(0, "mocked"))
+    assert not mocked.diverged and mocked.result == "answer from mocked"
+    # a mocked step keeps its recorded action, and what its produce started to make it
+    assert [d.name for d in mocked.drafts] == ["search", "ask", "write"]
+
+
+def test_a_fork_child_with_nested_steps_after_dropped_ones_replays_exactly(tmp_path):
+    from agent_replay import CheckpointStore, fork
+
+    def agent(ctx):
+        p = ctx.llm("plan", produce=lambda: ctx.llm("draft", produce=lambda: "d") + "!")
+        found = ctx.tool("search", produce=lambda: [ctx.llm("summarise", produce=lambda: "s", q=p)])
+        return ctx.llm("write", produce=lambda: "w", q=found)
+
+    parent = record(agent, seed=0, session_id="parent")
+    with CheckpointStore(tmp_path / "runs.sqlite") as store:
+        store.save(parent)
+        child = fork(agent, parent, at_step=0, do="forced!", store=store)
+        assert [(s.name, s.within) for s in child.steps] == [
+            ("plan", None),
+            ("search", None),
+            ("summarise", 1),  # re-indexed: "draft" (step 1 of the parent) was dropped
+            ("write", None),
+        ]
+        stored = store.load(child.session_id)
+    for trajectory in (child, stored):
+        again = replay(agent, trajectory)
+        assert not again.diverged and again.live_steps == 0
+        assert again.trajectory().head_hash == child.head_hash
+
+
+def test_fork_at_a_nested_step_and_resume_inside_one():
+    from agent_replay import fork, resume
+
+    with pytest.raises(PlanError, match="fork at step 0"):
+        fork(nested_agent, record(nested_agent, seed=3), at_step=2, model="m2")
+
+    service = {"up": False}
+
+    def fetch():
+        if not service["up"]:
+            raise ConnectionError("service down")
+        return "data"
+
+    def agent(ctx):
+        got = ctx.tool("fetch", produce=lambda: ctx.llm("inner", produce=fetch))
+        return ctx.llm("write", produce=lambda: f"done with {got}")
+
+    crashed = record(agent, seed=0)
+    assert crashed.outcome.error is not None
+    service["up"] = True
+    resumed = resume(agent, crashed)
+    assert resumed.outcome.error is None and resumed.outcome.result == "done with data"
+
+
+def test_the_replay_agent_replays_a_native_recording_with_nested_steps():
+    from agent_replay.interop import replayable_agent
+
+    recorded = record(nested_agent, seed=3)
+    again = replay(replayable_agent(recorded, {}), recorded)
+    assert not again.diverged and again.live_steps == 0 and again.served_steps == 4
+    assert again.trajectory().head_hash == recorded.head_hash

@@ -83,6 +83,7 @@ class _ActiveStep(KeyedRandom):
         self.ctx = ctx
         self.model_hint = model_hint
         self.position = position
+        self.observing = False  # its observe (the environment), not its produce, is running
 
 
 # The step whose produce/observe is running, and the run the calling code is inside.
@@ -98,6 +99,13 @@ _REAL_UUID4 = _uuid.uuid4
 def current_context() -> AgentContext | None:
     """The recording or replay context the calling code runs inside, if any."""
     return _CURRENT.get()
+
+
+def running_step(ctx: AgentContext) -> int | None:
+    """Position of the step of ``ctx`` whose produce or observe the calling code runs inside
+    (``None`` in the agent's own body)."""
+    active = _ACTIVE_STEP.get()
+    return active.position if active is not None and active.ctx is ctx else None
 
 
 @dataclass(slots=True)
@@ -116,6 +124,7 @@ class StepCall:
     operation: str | None = None
     attributes: dict[str, Any] | None = None  # extra facts a policy reports (token usage)
     within: int | None = None  # position of the step whose produce/observe made this call
+    within_observe: bool = False  # ... and it was that step's observe
 
 
 @dataclass(slots=True)
@@ -400,13 +409,12 @@ class AgentContext:
         if self._tracer is not None:
             span, span_token = self._start_span(call, decision)
         live = decision.run_produce or decision.run_observe
-        active = (
-            _ACTIVE_STEP.set(
-                _ActiveStep(self, decision.seed, decision.model_hint, decision.position)
-            )
+        running = (
+            _ActiveStep(self, decision.seed, decision.model_hint, decision.position)
             if live
             else None
         )
+        active = _ACTIVE_STEP.set(running) if running is not None else None
         started = time.time_ns()
         action = observation = error = None
         observed = False
@@ -420,6 +428,8 @@ class AgentContext:
             else:
                 action = decision.action
             if decision.run_observe:
+                if running is not None:
+                    running.observing = True
                 observation, observed = (yield (_OBSERVE, call.observe, action)), True
             elif decision.observed:
                 observation, observed = decision.observation, True
@@ -449,7 +459,7 @@ class AgentContext:
         ended = time.time_ns()
         enclosing = _ACTIVE_STEP.get()  # (this step's own was reset): the step it ran inside
         if enclosing is not None and enclosing.ctx is self:
-            call.within = enclosing.position
+            call.within, call.within_observe = enclosing.position, enclosing.observing
         ids = (None, None, None)
         if span is not None:
             ids = _span_ids(span)

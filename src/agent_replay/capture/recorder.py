@@ -42,6 +42,8 @@ def step_draft(
         attrs.update(call.attributes)
     if call.within is not None:  # how a replay that serves the enclosing step skips this one
         attrs["within_step"] = call.within
+        if call.within_observe:
+            attrs["within_phase"] = "observe"
     if attributes:
         attrs.update(attributes)
     return StepDraft(

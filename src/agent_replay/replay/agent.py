@@ -110,8 +110,15 @@ class ReplayAgent:
 
     def __call__(self, ctx: AgentContext, *args: Any, **task: Any) -> Any:
         pairs: list[Pair] = []
-        outputs = []
-        for step, entry in zip(self.trajectory.steps, self._policies, strict=True):
+        outputs: list[Any] = []
+        steps = self.trajectory.steps
+        while len(outputs) < len(steps):
+            if ctx.position > len(outputs):
+                # the replay served (or dropped) the steps a native recording's step started
+                # inside it along with it: they are not issued again
+                outputs.extend(step.output for step in steps[len(outputs) : ctx.position])
+                continue
+            step, entry = steps[len(outputs)], self._policies[len(outputs)]
             own = _step_scope(step)
             inputs = rewrite(step.inputs, pairs, own) if pairs else step.inputs
             usage: dict[str, Any] = {}

@@ -150,6 +150,16 @@ def _fork(
             f"fork at step {at_step}, but {trajectory.session_id!r} has steps "
             f"0..{len(trajectory.steps) - 1}"
         )
+    outer = trajectory.steps[at_step].within
+    if outer is not None:
+        while trajectory.steps[outer].within is not None:
+            outer = trajectory.steps[outer].within
+        raise PlanError(
+            f"step {at_step} ({trajectory.steps[at_step].label}) was started inside step "
+            f"{outer} ({trajectory.steps[outer].label}): a fork holds every step before it, "
+            f"step {outer} included, which serves step {at_step} as recorded, so the "
+            f"intervention would never apply; fork at step {outer}"
+        )
     plan = ReplayPlan(hold_before=at_step)  # the recorded prefix; the rest runs live
     intervention: dict[str, Any]
     if do is not _MISSING:
@@ -177,7 +187,12 @@ def _resume(trajectory: Trajectory, session_id: str | None, store: Any) -> _Bran
     steps = trajectory.steps
     crashed = bool(steps) and steps[-1].error is not None
     if crashed and trajectory.outcome is not None and trajectory.outcome.error is not None:
-        trajectory = replace(trajectory, steps=steps[:-1])  # a prefix of a chain is a chain
+        # the failed step runs again: with the steps it was started inside, which failed
+        # with it (a served one would raise its recorded failure again)
+        cut = len(steps) - 1
+        while steps[cut].within is not None:
+            cut = steps[cut].within  # type: ignore[assignment]
+        trajectory = replace(trajectory, steps=steps[:cut])  # a prefix of a chain is a chain
     return _Branch(
         trajectory,
         replace(ReplayPlan.factual(), resume=True),

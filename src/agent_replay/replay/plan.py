@@ -198,22 +198,29 @@ class ReplayPlan:
         steps = trajectory.steps
         named_steps = {*self.forced, *self.removed, *self.observed, *self.edited, *self.models}
         for index in sorted(named_steps):
+            enclosing = []  # a step another one started is only made when that one runs
             outer = steps[index].within
-            while outer is not None:  # a step another one started is only made when that runs
-                if (
-                    self.decision(outer) != RESAMPLE
-                    or not steps[outer].resamplable
-                    or steps[outer].side_effects
-                    or outer in fixed
-                ):
-                    raise PlanError(
-                        f"step {index} ({steps[index].label}) was started inside step {outer} "
-                        f"({steps[outer].label}), which this plan does not re-draw: a replay "
-                        f"that serves step {outer} serves what it started with it, so the "
-                        f"intervention would never apply; intervene on step {outer}, or "
-                        "re-draw it too"
-                    )
+            while outer is not None:
+                enclosing.append(outer)
                 outer = steps[outer].within
+            held = [
+                outer
+                for outer in enclosing
+                if self.decision(outer) != RESAMPLE
+                or not steps[outer].resamplable
+                or steps[outer].side_effects
+                or outer in fixed
+            ]
+            if held:
+                top = enclosing[-1]
+                raise PlanError(
+                    f"step {index} ({steps[index].label}) was started inside step "
+                    f"{held[0]} ({steps[held[0]].label}), which this plan does not re-draw: "
+                    "a replay that serves a step serves what it started with it, so the "
+                    f"intervention would never apply; intervene on step {top} (the "
+                    f"outermost step it was started in), or re-draw steps "
+                    f"{', '.join(map(str, sorted(enclosing)))} too"
+                )
         for index in self.edited:
             step = trajectory.steps[index]
             if not isinstance(step.inputs, Mapping):

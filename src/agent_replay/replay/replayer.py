@@ -46,6 +46,7 @@ from ..capture.context import (
     StepCall,
     StepResult,
     make_tracer,
+    running_step,
 )
 from ..capture.recorder import step_draft
 from ..capture.run import (
@@ -127,7 +128,22 @@ class ReplayResult:
     @property
     def drafts(self) -> tuple[StepDraft, ...]:
         """The steps of this run in call order (removed steps are absent)."""
-        return tuple(_draft(m) for m in self._material)
+        drafts = [_draft(m) for m in self._material]
+        if any("within_step" in d.attributes for d in drafts):
+            # ``within_step`` names a position of this run; where steps before it were
+            # removed or dropped, the step it names sits at another index of the chain
+            index_of = {position: i for i, position in enumerate(self.positions)}
+            for d in drafts:
+                within = d.attributes.get("within_step")
+                if within is not None and index_of.get(within) != within:
+                    attributes = dict(d.attributes)
+                    if within in index_of:
+                        attributes["within_step"] = index_of[within]
+                    else:
+                        attributes.pop("within_step")
+                        attributes.pop("within_phase", None)
+                    d.attributes = attributes
+        return tuple(drafts)
 
     @property
     def failed(self) -> bool:
@@ -230,7 +246,7 @@ class Replayer:
             if position < len(self.recorded):
                 recorded = self.recorded[position]
                 if recorded.kind is call.kind and recorded.name == call.name:
-                    decision = self._bound(call, position, recorded)
+                    decision = self._bound(ctx, call, position, recorded)
                     if self._nested and position in self._nested:
                         self._skip_inside(ctx, decision)
                     return decision
@@ -240,28 +256,46 @@ class Replayer:
         return self._live(call, position)
 
     def _skip_inside(self, ctx: AgentContext, decision: Decision) -> None:
-        """When nothing of this step runs live, the steps the recording started inside it
-        are not called either: the next call takes the position after them (``begin`` runs
-        under the context's position lock), and a served step serves them with it."""
-        if not decision.removed and (decision.run_produce or decision.run_observe):
+        """The steps the recording started inside this one that this run will not call,
+        because the part of the step that started them does not run: the next call takes
+        the position after them (``begin`` runs under the context's position lock). A
+        served step serves them as recorded; a mocked one those its ``produce`` started
+        (they made the action it keeps); removed and forced steps drop them."""
+        in_produce, in_observe = self._nested[decision.position]
+        label = decision.state[0]
+        if decision.removed:
+            skip, serve = in_produce + in_observe, 0
+        elif label == "served":
+            skip = serve = in_produce + in_observe
+        elif label == "mocked":
+            skip, serve = in_produce + in_observe, in_produce
+        elif label == "forced":  # its produce never runs; its observe may
+            skip, serve = in_produce + (0 if decision.run_observe else in_observe), 0
+        else:
             return  # it runs: what it starts binds as usual
-        position, inside = decision.position, self._nested[decision.position]
-        ctx.position += inside
-        self.calls += inside
-        if decision.state[0] == "served":  # what it started when recording, as recorded
-            for nested in range(position + 1, position + 1 + inside):
+        ctx.position += skip
+        self.calls += skip
+        if serve:
+            position = decision.position
+            for nested in range(position + 1, position + 1 + serve):
                 self.steps[nested] = (self.recorded[nested],)
-            self.served_steps += inside
+            self.served_steps += serve
 
-    def _bound(self, call: StepCall, position: int, recorded: Step) -> Decision:
+    def _bound(self, ctx: AgentContext, call: StepCall, position: int, recorded: Step) -> Decision:
         plan = self.plan
         mode = self._modes[position]
         same_inputs = call.inputs == recorded.inputs or _same_inputs(call.inputs, recorded)
         if not same_inputs and not self.changed:
-            # nothing upstream changed, yet the agent asks something else: it is not
-            # deterministic given its recorded steps, so the recording no longer applies
-            self._diverge(call, position, "inputs differ from the recording")
-            return self._live(call, position)
+            outer = running_step(ctx)
+            if outer is None:
+                # nothing upstream changed, yet the agent asks something else: it is not
+                # deterministic given its recorded steps, so the recording no longer applies
+                self._diverge(call, position, "inputs differ from the recording")
+                return self._live(call, position)
+            # called from inside a step being re-drawn, which took another course than
+            # when recording: that step branched (it has not finished to say so itself)
+            self.changed = True
+            self.branch_at = self._outermost.get(outer, outer)
         if mode == HOLD:
             return self._serve(call, recorded, position, exact=same_inputs)
         if mode == REMOVE:
@@ -695,30 +729,39 @@ def _prepared(
     return decisions, content, nested
 
 
-def _nesting(steps: tuple[Step, ...]) -> tuple[dict[int, int], dict[int, int]]:
+def _nesting(
+    steps: tuple[Step, ...],
+) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
     """Where the recording started steps inside others (their produce or observe called
     ``ctx.llm`` / ``tool`` / ``memory``: :attr:`Step.within`):
 
-    * position → how many steps were started inside it, for steps whose descendants are
-      exactly the positions right after them (descendants with another step between them,
-      one started concurrently from another thread or task, are left out: a replay that
-      serves such a step diverges after it, as it says);
+    * position → how many steps were started inside its produce, and how many inside its
+      observe, for steps whose descendants are exactly the positions right after them,
+      the produce's first (descendants with another step between them, one started
+      concurrently from another thread or task, are left out: a replay that skips such a
+      step's descendants diverges after it, as it says);
     * position of a nested step → position of the outermost step it was started inside.
     """
     parent = {step.index: step.within for step in steps if step.within is not None}
     if not parent:
         return {}, {}
-    count: dict[int, int] = {}
-    last: dict[int, int] = {}
+    found: dict[int, tuple[list[int], list[int]]] = {}  # ancestor -> (produce, observe)
     outermost: dict[int, int] = {}
     for position, up in parent.items():
-        ancestor: int | None = up
+        child, ancestor = position, up
         while ancestor is not None:  # every ancestor (each one earlier: this ends)
-            count[ancestor] = count.get(ancestor, 0) + 1
-            last[ancestor] = max(last.get(ancestor, 0), position)
+            # a step's phase under an ancestor is that of the ancestor's child above it
+            found.setdefault(ancestor, ([], []))[steps[child].within_observe].append(position)
             outermost[position] = ancestor
-            ancestor = parent.get(ancestor)
-    return {k: n for k, n in count.items() if last[k] - k == n}, outermost
+            child, ancestor = ancestor, parent.get(ancestor)
+    nested = {}
+    for k, (in_produce, in_observe) in found.items():
+        a, b = len(in_produce), len(in_observe)
+        if (not a or max(in_produce) == k + a) and (
+            not b or (min(in_observe) == k + a + 1 and max(in_observe) == k + a + b)
+        ):
+            nested[k] = (a, b)
+    return nested, outermost
 
 
 def ensure_verified(trajectory: Trajectory) -> None:
