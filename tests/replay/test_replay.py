@@ -766,3 +766,30 @@ def test_the_replay_agent_replays_a_native_recording_with_nested_steps():
     again = replay(replayable_agent(recorded, {}), recorded)
     assert not again.diverged and again.live_steps == 0 and again.served_steps == 4
     assert again.trajectory().head_hash == recorded.head_hash
+
+
+def test_now_and_uuid_inside_a_step_are_not_handed_to_the_body_when_the_step_is_served():
+    """They were recorded under the body segment after the step: a replay serving the step
+    handed the body the value the step's produce had drawn, and the run diverged."""
+
+    def agent(ctx):
+        def outer():
+            before = ctx.uuid()
+            inner = ctx.llm("inner", produce=lambda: ctx.now())
+            return [before, inner, ctx.uuid()]
+
+        a = ctx.llm("outer", produce=outer)
+        tag = ctx.uuid()
+        return [a, tag, ctx.llm("b", produce=lambda: "x", tag=tag)]
+
+    recorded = record(agent, seed=0)
+    assert [(s, k) for s, k, _ in recorded.effects] == [
+        (0, "uuid@step"),
+        (1, "now@step"),
+        (0, "uuid@step"),
+        (2, "uuid"),
+    ]
+    again = replay(agent, recorded)
+    assert not again.diverged and again.result == recorded.outcome.result
+    redrawn = replay(agent, recorded, ReplayPlan.ablate_from(0), seed=1)
+    assert not redrawn.diverged and redrawn.result[1] == recorded.outcome.result[1]

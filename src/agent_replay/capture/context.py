@@ -101,6 +101,14 @@ def current_context() -> AgentContext | None:
     return _CURRENT.get()
 
 
+def effect_key(ctx: AgentContext, kind: str) -> tuple[int, str]:
+    """Where a ``now()`` / ``uuid()`` value is recorded and looked up: ``(segment, kind)`` in
+    the agent body; ``(step position, kind + "@step")`` inside a running step's produce or
+    observe, so that a replay serving the step does not hand its values to the body."""
+    step = running_step(ctx)
+    return (ctx.position, kind) if step is None else (step, kind + "@step")
+
+
 def running_step(ctx: AgentContext) -> int | None:
     """Position of the step of ``ctx`` whose produce or observe the calling code runs inside
     (``None`` in the agent's own body)."""

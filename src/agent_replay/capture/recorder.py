@@ -19,6 +19,7 @@ from .context import (
     Decision,
     StepCall,
     StepResult,
+    effect_key,
     make_tracer,
     operation_name,
 )
@@ -120,7 +121,7 @@ class Recorder:
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         value = live()
-        self.effects.append((ctx.position, kind, value))
+        self.effects.append((*effect_key(ctx, kind), value))
         return value
 
 

@@ -45,6 +45,7 @@ from ..capture.context import (
     Decision,
     StepCall,
     StepResult,
+    effect_key,
     make_tracer,
     running_step,
 )
@@ -529,17 +530,20 @@ class Replayer:
         return stream_seed(derive_seed(self.base_seed, "body"), segment)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
-        value = self._effect(ctx, kind, live)
-        self.effects_log.append((ctx.position, kind, value))
+        key = effect_key(ctx, kind)
+        value = self._effect(ctx, key, kind, live)
+        self.effects_log.append((*key, value))
         return value
 
-    def _effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
+    def _effect(
+        self, ctx: AgentContext, key: tuple[int, str], kind: str, live: Callable[[], Any]
+    ) -> Any:
         if not self.changed:
             if self._effects is None:  # the recorded now() / uuid() values, in order
                 self._effects = defaultdict(deque)
                 for segment, recorded_kind, value in self.trajectory.effects:
                     self._effects[(segment, recorded_kind)].append(value)
-            queue = self._effects.get((ctx.position, kind))
+            queue = self._effects.get(key)
             if queue:
                 return queue.popleft()
         if kind == "uuid":
