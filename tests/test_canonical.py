@@ -293,3 +293,14 @@ def test_cycles_and_very_deep_nesting_are_encoding_errors_not_recursion_errors()
 
         with pytest.raises(CanonicalEncodingError, match="step 0"):
             record(agent)
+
+
+def test_a_map_deep_inside_lists_is_as_storable_as_before():
+    """Sorting the pairs of a $map re-walked the value with comprehensions, two frames per
+    level on Python 3.11: a value 500 lists deep holding a $map could no longer be stored."""
+    value = {2: 1, 1: 2}
+    for _ in range(900):
+        value = [value]
+    stored = canonical.encode_stored(value)
+    assert canonical.decode(stored.data) == value
+    assert stored.hash == canonical.hash_value(value)

@@ -178,15 +178,25 @@ def _canonical(prepared: Any) -> str:
 def _sort_maps(prepared: Any) -> Any:
     """A prepared value with the pairs of every ``$map`` in it in canonical key order (the
     JSON encoder sorts the keys of plain dicts itself)."""
+    # (loops, not comprehensions: a comprehension is a frame of its own on Python < 3.12,
+    # and this must reach as deep as _prepare did)
     if type(prepared) is list:
-        return [_sort_maps(item) for item in prepared]
+        items = []
+        for item in prepared:
+            items.append(_sort_maps(item))
+        return items
     if type(prepared) is not dict:
         return prepared
     if len(prepared) == 1 and "$map" in prepared:
-        pairs = [[_sort_maps(k), _sort_maps(v)] for k, v in prepared["$map"]]
+        pairs = []
+        for key, item in prepared["$map"]:
+            pairs.append([_sort_maps(key), _sort_maps(item)])
         pairs.sort(key=lambda pair: _sort_key(pair[0]))
         return {"$map": pairs}
-    return {key: _sort_maps(item) for key, item in prepared.items()}
+    out = {}
+    for key, item in prepared.items():
+        out[key] = _sort_maps(item)
+    return out
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})

@@ -291,10 +291,11 @@ class Step:
         """What :attr:`output_hash` covers: action, observation (if any) and error (if any)."""
         return _output_payload(self.action, self.observation, self.observed, self.error)
 
-    def check(self) -> str | None:
-        """Recompute every hash; ``None`` when consistent, else what is wrong."""
-        inputs = canonical.encode_stored(self.inputs)
-        output = canonical.encode_stored(self.output_payload())
+    def check(self, memo: canonical.Memo | None = None) -> str | None:
+        """Recompute every hash; ``None`` when consistent, else what is wrong. ``memo`` as for
+        :meth:`seal` (the steps of one chain share content)."""
+        inputs = canonical.encode_stored(self.inputs, memo)
+        output = canonical.encode_stored(self.output_payload(), memo)
         if inputs.hash != self.input_hash:
             return "inputs do not match input_hash"
         if output.hash != self.output_hash:
@@ -556,6 +557,7 @@ class Trajectory:
         """Recompute every hash of the chain; raise :class:`ChainIntegrityError` at the first
         bad step."""
         prev = GENESIS_HASH
+        memo = canonical.Memo()  # the steps of a conversation repeat its earlier messages
         for position, step in enumerate(self.steps):
             problem = None
             if step.index != position:
@@ -563,7 +565,7 @@ class Trajectory:
             elif step.prev_hash != prev:
                 problem = "prev_hash does not link to the previous step"
             else:
-                problem = step.check()
+                problem = step.check(memo)
             if problem:
                 raise ChainIntegrityError(
                     f"session {self.session_id!r}: step {position} ({step.label}): {problem}",

@@ -793,3 +793,53 @@ def test_now_and_uuid_inside_a_step_are_not_handed_to_the_body_when_the_step_is_
     assert not again.diverged and again.result == recorded.outcome.result
     redrawn = replay(agent, recorded, ReplayPlan.ablate_from(0), seed=1)
     assert not redrawn.diverged and redrawn.result[1] == recorded.outcome.result[1]
+
+
+def test_the_task_result_and_metadata_keep_their_key_order_through_the_store(tmp_path):
+    from agent_replay import CheckpointStore
+
+    def agent(ctx, **task):
+        prompt = "\n".join(f"{k}: {v}" for k, v in task.items())
+        return {"question": task["question"], "answer": ctx.llm("a", produce=lambda: "x", p=prompt)}
+
+    task = {"question": "q?", "context": "c"}
+    recorded = record(agent, task, seed=0, session_id="s", metadata={"zeta": 1, "alpha": 2})
+    with CheckpointStore(tmp_path / "runs.sqlite") as store:
+        store.save(recorded)
+        loaded = store.load("s")
+    assert loaded.digest == recorded.digest
+    assert list(loaded.task) == ["question", "context"]
+    assert list(loaded.outcome.result) == ["question", "answer"]
+    assert list(loaded.metadata)[-2:] == ["zeta", "alpha"]
+    again = replay(agent, loaded)
+    assert not again.diverged and again.trajectory().head_hash == recorded.head_hash
+
+
+def test_a_redraw_that_returns_the_recorded_dict_in_another_key_order_has_branched():
+    """It counted as reproducing the recording (== and the content hash ignore key order),
+    so the run stayed on the recorded path while the agent went on with the other order,
+    and the next step was reported as a divergence."""
+
+    def agent(ctx):
+        args = ctx.llm(
+            "args",
+            produce=lambda: dict(
+                sorted({"units": "C", "city": "Oslo"}.items(), reverse=ctx.rng.random() < 0.5)
+            ),
+        )
+        return ctx.llm("call", produce=lambda: "ok", order=list(args))
+
+    recorded = record(agent, seed=0)
+    rollouts = [replay(agent, recorded, ReplayPlan.ablate_from(0), seed=s) for s in range(20)]
+    assert not any(r.diverged for r in rollouts)
+    orders = {tuple(r.drafts[1].inputs["order"]) for r in rollouts}
+    assert len(orders) == 2  # both orders were drawn, and each run went on with its own
+
+
+def test_diff_names_a_step_whose_output_differs_only_in_key_order():
+    from agent_replay import diff
+
+    a2 = record(lambda ctx: ctx.tool("get", produce=lambda: {"z": 1, "a": 2}), seed=0)
+    b2 = record(lambda ctx: ctx.tool("get", produce=lambda: {"a": 2, "z": 1}), seed=0)
+    d = diff(a2, b2)
+    assert d.first_divergence == 0 and d.steps[0].changes == ("output",)

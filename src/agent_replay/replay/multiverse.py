@@ -423,9 +423,10 @@ def _changes(a: Step | None, b: Step | None) -> list[str]:
     changes = []
     if (a.kind, a.name) != (b.kind, b.name):
         changes.append("operation")
-    if a.input_hash != b.input_hash:
+    # (the blob differs where only the order of a dict's keys does: the agent saw that too)
+    if (a.input_hash, a.input_blob) != (b.input_hash, b.input_blob):
         changes.append("inputs")
-    if a.output_hash != b.output_hash:
+    if (a.output_hash, a.output_blob) != (b.output_hash, b.output_blob):
         changes.append("output")
     if a.agent != b.agent:
         changes.append("agent")

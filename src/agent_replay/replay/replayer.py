@@ -655,10 +655,13 @@ def _reproduces(result: StepResult, recorded: Step) -> bool:
     payload = {"action": result.action}
     if result.observed:
         payload["observation"] = result.observation
-    try:  # == treats 1 and 1.0 alike; the content hash does not
-        return canonical.hash_value(payload) == recorded.output_hash
+    try:  # == treats 1 and 1.0 alike, and dicts in any key order; the addresses do not
+        stored = canonical.encode_stored(payload)
     except CanonicalEncodingError:
         return False
+    return stored.hash == recorded.output_hash and stored.blob == (
+        recorded.output_blob or recorded.output_hash
+    )
 
 
 def _draft(material: tuple) -> StepDraft:
