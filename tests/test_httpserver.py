@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from agent_replay.httpserver import GuardedHandler, GuardedHTTPServer
+from slow_client import trickle
 
 
 class Hello(GuardedHandler):
@@ -98,21 +99,11 @@ def test_past_the_cap_an_idle_connection_makes_room_and_busy_ones_refuse(server)
 
 def test_a_request_head_sent_a_byte_at_a_time_is_cut_off_at_its_deadline(server):
     served = server(head_seconds=0.5)
-    slow = socket.create_connection(("127.0.0.1", served.server_address[1]))
-    slow.settimeout(0.1)
-    started, closed = time.monotonic(), False
-    for byte in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200:
-        try:
-            slow.sendall(bytes([byte]))  # each byte well within the 30 s read timeout
-            if slow.recv(1) == b"":
-                closed = True
-                break
-        except TimeoutError:
-            continue
-        except OSError:
-            closed = True
-            break
-    assert closed and time.monotonic() - started < 15
+    # each byte well within the 30 s read timeout
+    took = trickle(
+        served.server_address[1], b"", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
+    )
+    assert took is not None and took < 15
     assert get(served).text == "ok"  # a prompt client is served
 
 
@@ -130,34 +121,14 @@ def test_on_loopback_a_request_naming_another_host_is_refused(server):
         anywhere.server_close()
 
 
-def trickle(served, head: bytes, body: bytes, every: float = 0.1) -> float | None:
-    """Send ``head`` at once, then ``body`` a byte every ``every`` seconds; the seconds
-    until the server shut the connection (``None``: it never did)."""
-    slow = socket.create_connection(("127.0.0.1", served.server_address[1]))
-    slow.settimeout(every)
-    started = time.monotonic()
-    slow.sendall(head)
-    try:
-        for byte in body:
-            try:
-                slow.sendall(bytes([byte]))
-                if slow.recv(1) == b"":
-                    return time.monotonic() - started
-            except TimeoutError:
-                continue
-            except OSError:
-                return time.monotonic() - started
-        return None
-    finally:
-        slow.close()
-
-
 def test_a_body_sent_a_byte_at_a_time_is_cut_off_once_it_falls_behind_the_pace(server):
     """A body trickled within the read timeout held its thread and connection (and, in the
     receiver, its part of the memory budget) as long as the client liked."""
     served = server(head_seconds=0.5, min_body_rate=64)
     head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400\r\n\r\n"
-    took = trickle(served, head, b"x" * 400)  # 10 bytes/s: 40 s if it were let through
+    took = trickle(
+        served.server_address[1], head, b"x" * 400
+    )  # 10 bytes/s: 40 s if it were let through
     assert took is not None and took < 10  # due after 0.5 s + 400/64 s = 6.75 s
     ok = requests.post(f"http://127.0.0.1:{served.server_address[1]}/", data=b"y" * 300, timeout=5)
     assert ok.content == b"y" * 300  # a prompt client is served, at any size

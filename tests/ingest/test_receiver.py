@@ -38,6 +38,7 @@ from opentelemetry.trace import set_span_in_context
 from agent_replay import CheckpointStore
 from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
+from slow_client import trickle
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"
@@ -795,26 +796,12 @@ def test_a_trickled_body_is_cut_off_and_gives_back_its_memory(served):
     collector, _store = served()
     collector.http_server.head_seconds = 0.5
     collector.http_server.min_body_rate = 1024
-    slow = socket.create_connection(("127.0.0.1", collector.http_port))
-    slow.settimeout(0.2)
-    slow.sendall(
+    head = (
         b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100000\r\n\r\n" + b" " * 2000
     )
-    started, closed = time.monotonic(), False
-    while time.monotonic() - started < 15:
-        try:
-            slow.sendall(b" ")
-            if slow.recv(1) == b"":
-                closed = True
-                break
-        except TimeoutError:
-            continue
-        except OSError:
-            closed = True
-            break
-    slow.close()
-    assert closed and time.monotonic() - started < 10
+    took = trickle(collector.http_port, head, b" " * 75, every=0.2)  # 15 s if let through
+    assert took is not None and took < 10
     deadline = time.monotonic() + 5
     while collector.receiver._held_bytes and time.monotonic() < deadline:
         time.sleep(0.01)

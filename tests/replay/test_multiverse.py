@@ -89,7 +89,11 @@ def test_factual_replay_of_the_demo_reproduces_the_failure():
         assert result.failed and result.result == run.outcome.result
 
 
-def test_resume_runs_the_step_whose_failure_ended_the_run_again():
+@pytest.mark.parametrize("nested", [False, True])
+def test_resume_runs_the_step_whose_failure_ended_the_run_again(nested):
+    """Nested: the failing call was started inside a tool step, which failed with it; resume
+    runs that tool again (it dropped only the inner step, and the tool, served its recorded
+    failure, crashed the resumed run again)."""
     service = {"up": False}
 
     def fetch():
@@ -99,6 +103,8 @@ def test_resume_runs_the_step_whose_failure_ended_the_run_again():
 
     def agent(ctx):
         plan = ctx.llm("plan", produce=lambda: "fetch it")
+        if nested:
+            return [plan, ctx.tool("fetch", produce=lambda: ctx.llm("inner", produce=fetch))]
         return [plan, ctx.tool("fetch", produce=fetch, side_effects=True)]
 
     crashed = record(agent, session_id="crashy")
