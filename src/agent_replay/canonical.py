@@ -45,6 +45,7 @@ __all__ = [
     "encode_stored",
     "hash_value",
     "snapshot",
+    "stored_bytes",
 ]
 
 #: ``prev_hash`` of the first step of every chain.
@@ -139,6 +140,11 @@ def encode_stored(value: Any, memo: Memo | None = None) -> Stored:
     return Stored(data, identity, hashlib.sha256(data).hexdigest())
 
 
+def stored_bytes(value: Any) -> bytes:
+    """``encode_stored(value).data`` alone, without computing its addresses."""
+    return _encoded(value, lambda prepared: _dumps_ordered(prepared).encode("utf-8"))
+
+
 def _encoded(value: Any, write: Any) -> Any:
     """``write(_prepare(value))``, with every way that can fail turned into a
     :class:`CanonicalEncodingError` that says where."""
@@ -218,7 +224,7 @@ def snapshot(value: Any) -> Any:
                 break
         else:
             return value.copy()  # its keys are hashable: unchangeable for what matters here
-    return decode(_encoded(value, lambda prepared: _dumps_ordered(prepared).encode("utf-8")))
+    return decode(stored_bytes(value))
 
 
 def hash_value(value: Any) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "StepKind",
     "Trajectory",
     "chain_steps",
+    "session_header_bytes",
 ]
 
 #: A run failed when its verifier score is below this.
@@ -322,6 +323,12 @@ def _output_payload(action: Any, observation: Any, observed: bool, error: Any) -
     return payload
 
 
+def session_header_bytes(header: Mapping[str, Any]) -> bytes:
+    """The stored bytes of a session header (:meth:`Trajectory.header`): its own fields in
+    sorted order, the task's, result's and metadata's dicts in theirs."""
+    return canonical.stored_bytes(dict(sorted(header.items())))
+
+
 def chain_steps(
     drafts: Iterable[StepDraft], prev_hash: str = GENESIS_HASH, start_index: int = 0
 ) -> tuple[Step, ...]:
@@ -547,9 +554,10 @@ class Trajectory:
 
     @property
     def digest(self) -> str:
-        """Hash of :meth:`header`: covers the chain (through its head) and the session data."""
+        """Hash of :meth:`header` as stored (:func:`session_header_bytes`): covers the chain
+        (through its head) and the session data, down to the order of the task's keys."""
         try:
-            return canonical.hash_value(self.header())
+            return canonical.digest(session_header_bytes(self.header()))
         except CanonicalEncodingError as exc:
             raise exc.located(f"session {self.session_id}") from None
 

@@ -826,3 +826,46 @@ def test_diff_names_a_step_whose_output_differs_only_in_key_order():
     b2 = record(lambda ctx: ctx.tool("get", produce=lambda: {"a": 2, "z": 1}), seed=0)
     d = diff(a2, b2)
     assert d.first_divergence == 0 and d.steps[0].changes == ("output",)
+
+
+def test_a_fork_child_that_dropped_nested_steps_replays_its_body_draws_exactly(tmp_path):
+    """The rollout a child is recorded from keyed the body's ctx.rng / now() / uuid() by its
+    own positions, which ran ahead of the child's indices by the steps the force dropped:
+    the child's replay handed the body other values and diverged."""
+    from agent_replay import CheckpointStore, fork
+
+    def agent(ctx):
+        p = ctx.llm("plan", produce=lambda: ctx.llm("draft", produce=lambda: "d") + "!")
+        coin, tag = ctx.rng.randint(0, 10**6), ctx.uuid()
+        return ctx.llm("write", produce=lambda: "w", p=p, coin=coin, tag=tag, at=ctx.now())
+
+    parent = record(agent, seed=0, session_id="parent")
+    with CheckpointStore(tmp_path / "runs.sqlite") as store:
+        store.save(parent)
+        child = fork(agent, parent, at_step=0, do="forced!", store=store)
+        assert [s.name for s in child.steps] == ["plan", "write"]
+        stored = store.load(child.session_id)
+        grandchild = fork(agent, stored, at_step=1, do="w2", store=store)
+    for trajectory in (child, stored):
+        again = replay(agent, trajectory)
+        assert not again.diverged and again.result == child.outcome.result
+        assert again.trajectory().head_hash == child.head_hash
+    again = replay(agent, grandchild)
+    assert not again.diverged and again.result == grandchild.outcome.result
+
+
+def test_a_served_steps_own_now_and_uuid_are_carried_into_a_run_recorded_from_it():
+    """A fork child's served prefix had none of the values its steps took inside themselves:
+    re-drawing such a step on the child drew a fresh uuid where the parent reproduced."""
+    from agent_replay import fork
+
+    def agent(ctx):
+        plan = ctx.llm("plan", produce=lambda: f"plan-{ctx.uuid()[:8]}")
+        return [plan, ctx.llm("write", produce=lambda: "w", plan=plan)]
+
+    parent = record(agent, seed=0)
+    child = fork(agent, parent, at_step=1, do="forced")
+    assert [k for _, k, _ in child.effects] == ["uuid@step"]
+    for trajectory in (parent, child):
+        redrawn = replay(agent, trajectory, ReplayPlan.ablate_from(0), seed=1)
+        assert redrawn.result[0] == parent.outcome.result[0]

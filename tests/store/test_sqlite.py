@@ -1,4 +1,5 @@
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -77,6 +78,34 @@ def test_flipping_one_stored_bit_is_detected(db_path, table, column, key):
             store.load("s1")
         (result,) = store.verify("s1")
         assert not result.ok and result.problem
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        lambda header: header.replace(
+            b'"task":{"question":"q","context":"c"}', b'"task":{"context":"c","question":"q"}'
+        ),
+        lambda header: header.replace(b'"task":', b'"task": '),
+    ],
+    ids=["task keys swapped", "whitespace"],
+)
+def test_a_session_header_rewritten_to_the_same_value_is_detected(db_path, rewrite):
+    """The header is stored with the task's keys in their order, which a loaded replay hands
+    the agent: a header re-encoded to another order (or other bytes of the same value) was
+    accepted when its canonical re-encoding matched the digest."""
+    traj = replace(make(), task={"question": "q", "context": "c"})
+    with CheckpointStore(db_path) as store:
+        store.save(traj)
+    conn = sqlite3.connect(db_path)
+    (header,) = conn.execute("SELECT header FROM sessions WHERE session_id='s1'").fetchone()
+    assert rewrite(header) != header
+    conn.execute("UPDATE sessions SET header=? WHERE session_id='s1'", (rewrite(header),))
+    conn.commit()
+    conn.close()
+    with CheckpointStore(db_path) as store:
+        with pytest.raises(ChainIntegrityError, match="does not match its digest"):
+            store.load("s1")
 
 
 def test_missing_session(db_path):

@@ -109,6 +109,15 @@ def effect_key(ctx: AgentContext, kind: str) -> tuple[int, str]:
     return (ctx.position, kind) if step is None else (step, kind + "@step")
 
 
+def _enclosing(ctx: AgentContext) -> dict[str, Any]:
+    """Where a step that just finished ran (its own running state was reset): inside which
+    step of ``ctx``, and in its observe or its produce; nothing in the agent's body."""
+    active = _ACTIVE_STEP.get()
+    if active is None or active.ctx is not ctx:
+        return {}
+    return {"within": active.position, "within_observe": active.observing}
+
+
 def running_step(ctx: AgentContext) -> int | None:
     """Position of the step of ``ctx`` whose produce or observe the calling code runs inside
     (``None`` in the agent's own body)."""
@@ -131,8 +140,6 @@ class StepCall:
     agent: str | None = None
     operation: str | None = None
     attributes: dict[str, Any] | None = None  # extra facts a policy reports (token usage)
-    within: int | None = None  # position of the step whose produce/observe made this call
-    within_observe: bool = False  # ... and it was that step's observe
 
 
 @dataclass(slots=True)
@@ -178,6 +185,8 @@ class StepResult:
     trace_id: str | None
     span_id: str | None
     parent_span_id: str | None
+    within: int | None = None  # position of the step whose produce/observe made this call
+    within_observe: bool = False  # ... and it was that step's observe
 
     def detach(self) -> None:
         """Hold copies of the action and observation (:func:`canonical.snapshot`), so that
@@ -465,9 +474,6 @@ class AgentContext:
         error: dict[str, Any] | None,
     ) -> None:
         ended = time.time_ns()
-        enclosing = _ACTIVE_STEP.get()  # (this step's own was reset): the step it ran inside
-        if enclosing is not None and enclosing.ctx is self:
-            call.within, call.within_observe = enclosing.position, enclosing.observing
         ids = (None, None, None)
         if span is not None:
             ids = _span_ids(span)
@@ -486,6 +492,7 @@ class AgentContext:
                 trace_id=ids[0],
                 span_id=ids[1],
                 parent_span_id=ids[2],
+                **_enclosing(self),
             ),
         )
 

@@ -41,9 +41,9 @@ def step_draft(
         attrs["model"] = model
     if call.attributes:
         attrs.update(call.attributes)
-    if call.within is not None:  # how a replay that serves the enclosing step skips this one
-        attrs["within_step"] = call.within
-        if call.within_observe:
+    if result.within is not None:  # how a replay that serves the enclosing step skips it
+        attrs["within_step"] = result.within
+        if result.within_observe:
             attrs["within_phase"] = "observe"
     if attributes:
         attrs.update(attributes)

@@ -28,6 +28,7 @@ exception out of :func:`replay`.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid as _uuid
 import weakref
@@ -123,6 +124,7 @@ class ReplayResult:
     path_end: int | None = None
     same_at: int | None = None
     positions: tuple[int, ...] = field(repr=False, default=())
+    segments: tuple[int, ...] | None = field(repr=False, default=None)
     _material: tuple = field(repr=False, default=(), compare=False)
     effects: tuple[tuple[int, str, Any], ...] = field(repr=False, default=())
 
@@ -163,6 +165,8 @@ class ReplayResult:
         meta = {"source": "replay", **(metadata or {})}
         if self.divergence is not None:
             meta["divergence"] = self.divergence.to_dict()
+        if self.segments is not None:  # steps were dropped: how its streams were keyed
+            meta["segments"] = list(self.segments)
         return Trajectory(
             session_id=session_id or f"{self.session_id}-replay-{self.seed}",
             steps=chain_steps(self.drafts),
@@ -225,7 +229,9 @@ class Replayer:
         self.blocked: list[int] = []
         # streams are keyed by the recording too: rollout r of one run and rollout r of
         # another draw independently (common random numbers hold within one recording)
-        self._served, self._recording, (self._nested, self._outermost) = _prepared(trajectory)
+        self._served, self._recording, self._shape = _prepared(trajectory)
+        if self._shape.special:  # (only then: begin runs for every step of every rollout)
+            self.begin = self._begin_shaped  # type: ignore[method-assign]
         self._modes = plan.modes(len(self.recorded))
         # derived on first use: a rollout that serves every step never draws
         self._step_base: int | None = None
@@ -247,22 +253,40 @@ class Replayer:
             if position < len(self.recorded):
                 recorded = self.recorded[position]
                 if recorded.kind is call.kind and recorded.name == call.name:
-                    decision = self._bound(ctx, call, position, recorded)
-                    if self._nested and position in self._nested:
-                        self._skip_inside(ctx, decision)
-                    return decision
+                    return self._bound(ctx, call, position, recorded)
                 self._diverge(call, position, "another operation was called here")
             elif not self.plan.resume:
                 self._diverge(call, position, "more calls than the recording has")
         return self._live(call, position)
 
-    def _skip_inside(self, ctx: AgentContext, decision: Decision) -> None:
+    def _begin_shaped(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
+        """:meth:`begin` for a recording with steps started inside others, or ``now()`` /
+        ``uuid()`` taken inside steps."""
+        decision = Replayer.begin(self, ctx, call, position)
+        if position in self._shape.special:
+            self._around(ctx, decision)
+        return decision
+
+    def _around(self, ctx: AgentContext, decision: Decision) -> None:
+        """What a step whose recording started other steps, or took ``now()`` / ``uuid()``
+        inside itself, brings along when it is bound: see :meth:`_skip_inside`; and a step
+        served as recorded carries those values (its own and those of the steps served with
+        it) into this run's effects, so that a run recorded from this one (a fork child)
+        re-draws it as the recording would."""
+        served = self._skip_inside(ctx, decision) if decision.position in self._shape.nested else 0
+        step_effects = self._shape.step_effects
+        if decision.state[0] == "served" and step_effects:
+            for position in range(decision.position, decision.position + 1 + served):
+                self.effects_log.extend(step_effects.get(position, ()))
+
+    def _skip_inside(self, ctx: AgentContext, decision: Decision) -> int:
         """The steps the recording started inside this one that this run will not call,
         because the part of the step that started them does not run: the next call takes
         the position after them (``begin`` runs under the context's position lock). A
         served step serves them as recorded; a mocked one those its ``produce`` started
-        (they made the action it keeps); removed and forced steps drop them."""
-        in_produce, in_observe = self._nested[decision.position]
+        (they made the action it keeps); removed and forced steps drop them. Returns how
+        many were served."""
+        in_produce, in_observe = self._shape.nested[decision.position]
         label = decision.state[0]
         if decision.removed:
             skip, serve = in_produce + in_observe, 0
@@ -273,7 +297,7 @@ class Replayer:
         elif label == "forced":  # its produce never runs; its observe may
             skip, serve = in_produce + (0 if decision.run_observe else in_observe), 0
         else:
-            return  # it runs: what it starts binds as usual
+            return 0  # it runs: what it starts binds as usual
         ctx.position += skip
         self.calls += skip
         if serve:
@@ -281,6 +305,7 @@ class Replayer:
             for nested in range(position + 1, position + 1 + serve):
                 self.steps[nested] = (self.recorded[nested],)
             self.served_steps += serve
+        return serve
 
     def _bound(self, ctx: AgentContext, call: StepCall, position: int, recorded: Step) -> Decision:
         plan = self.plan
@@ -296,7 +321,7 @@ class Replayer:
             # called from inside a step being re-drawn, which took another course than
             # when recording: that step branched (it has not finished to say so itself)
             self.changed = True
-            self.branch_at = self._outermost.get(outer, outer)
+            self.branch_at = self._shape.outermost.get(outer, outer)
         if mode == HOLD:
             return self._serve(call, recorded, position, exact=same_inputs)
         if mode == REMOVE:
@@ -499,7 +524,7 @@ class Replayer:
                 if not self.changed:
                     # a plan holding the step this one was started inside serves this one
                     # with it: the first plan that is not this very rollout starts after it
-                    self.branch_at = self._outermost.get(decision.position, decision.position)
+                    self.branch_at = self._shape.outermost.get(decision.position, decision.position)
                 self.changed = True
         try:  # as it is now: the agent may change it later
             inputs = canonical.snapshot(decision.inputs)
@@ -527,10 +552,22 @@ class Replayer:
         # re-drawn. Re-keying them once the run left the recorded path credited randomness
         # outside every step to the step before it (a coin flipped after the last step was
         # "separated" onto that step in 68% of runs).
-        return stream_seed(derive_seed(self.base_seed, "body"), segment)
+        return stream_seed(derive_seed(self.base_seed, "body"), self.stream_segment(segment))
+
+    def stream_segment(self, position: int) -> int:
+        """The segment the recording's streams key ``position`` of this run by: the same
+        number, unless the recording itself dropped steps (:func:`_segments_of`)."""
+        segments = self._shape.segments
+        if segments is None:
+            return position
+        if position < len(segments):
+            return segments[position]
+        return segments[-1] + position - (len(segments) - 1)
 
     def effect(self, ctx: AgentContext, kind: str, live: Callable[[], Any]) -> Any:
         key = effect_key(ctx, kind)
+        if self._shape.segments is not None:
+            key = (self.stream_segment(key[0]), key[1])
         value = self._effect(ctx, key, kind, live)
         self.effects_log.append((*key, value))
         return value
@@ -714,14 +751,24 @@ _FACTUAL = ReplayPlan.factual()
 _PREPARED: dict[int, tuple[weakref.ref, list[Decision | None], str]] = {}
 
 
-def _prepared(
-    trajectory: Trajectory,
-) -> tuple[list[Decision | None], str, tuple[dict[int, int], dict[int, int]]]:
+@dataclass(frozen=True)
+class _Shape:
+    """What a recording's steps did inside one another (see :func:`_nesting`) and the
+    ``now()`` / ``uuid()`` values each step took inside itself (by position)."""
+
+    nested: dict[int, tuple[int, int]]
+    outermost: dict[int, int]
+    step_effects: dict[int, list[tuple[int, str, Any]]]
+    segments: tuple[int, ...] | None  # see _segments_of
+    special: frozenset[int] = frozenset()  # where Replayer.begin has more to do than bind
+
+
+def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str, _Shape]:
     """Per recording, built once and shared by its rollouts: the decisions that serve a step
     exactly as recorded (the same in every rollout, never changed once made), the key of
     its random streams - a digest of what each step did (kind, name, input and output
     hashes; not timings), so the same recorded content always replays the same way - and
-    :func:`_nesting`."""
+    its :class:`_Shape`."""
     key = id(trajectory)
     entry = _PREPARED.get(key)
     if entry is not None and entry[0]() is trajectory:
@@ -730,10 +777,38 @@ def _prepared(
     content = canonical.hash_value(
         [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
     )
-    nested = _nesting(trajectory.steps)
+    segments = _segments_of(trajectory)
+    local = {segment: i for i, segment in enumerate(segments or ())}
+    step_effects: dict[int, list[tuple[int, str, Any]]] = {}
+    for effect in trajectory.effects:
+        if isinstance(effect[1], str) and effect[1].endswith("@step"):
+            position = local.get(effect[0], -1) if segments else effect[0]
+            step_effects.setdefault(position, []).append(tuple(effect))  # type: ignore[arg-type]
+    nested, outermost = _nesting(trajectory.steps)
+    shape = _Shape(
+        nested, outermost, step_effects, segments, frozenset(nested) | frozenset(step_effects)
+    )
     ref = weakref.ref(trajectory, lambda _r, key=key: _PREPARED.pop(key, None))
-    _PREPARED[key] = (ref, decisions, content, nested)
-    return decisions, content, nested
+    _PREPARED[key] = (ref, decisions, content, shape)
+    return decisions, content, shape
+
+
+def _segments_of(trajectory: Trajectory) -> tuple[int, ...] | None:
+    """The stream segment of each position of a run recorded from a rollout that dropped
+    steps (a fork child whose intervention removed a step, or the steps a forced or removed
+    step had started), from its metadata: ``segments[i]`` is the segment the rollout was at
+    when the step at index ``i`` began, the last entry the one it ended at. Its body's
+    ``ctx.rng``, ``now()`` and ``uuid()`` were keyed by those, so a replay of the run keys
+    them the same way. ``None`` for every other run (segment = position)."""
+    segments = trajectory.metadata.get("segments")
+    if (
+        isinstance(segments, (list, tuple))
+        and len(segments) == len(trajectory.steps) + 1
+        and all(type(x) is int for x in segments)
+        and all(a < b for a, b in itertools.pairwise(segments))
+    ):
+        return tuple(segments)
+    return None
 
 
 def _nesting(
@@ -847,6 +922,12 @@ def _result(
             if at is not None:
                 coupling.note_branch(driver.seed, at, outcome)
     positions = tuple(sorted(driver.steps))
+    segments = None
+    # (sorted, distinct and from 0: they are 0..n-1 exactly when the last one is n-1)
+    dropped = (positions and positions[-1] != len(positions) - 1) or driver.calls != len(positions)
+    if driver._shape.segments is not None or dropped:
+        ends = (*positions, driver.calls)
+        segments = tuple(map(driver.stream_segment, ends))
     return ReplayResult(
         result=result,
         outcome=outcome,
@@ -868,6 +949,7 @@ def _result(
         path_end=_path_end(driver),
         same_at=driver.same_at,
         positions=positions,
+        segments=segments,
         _material=tuple(map(driver.steps.__getitem__, positions)),
         effects=tuple(driver.effects_log),
     )

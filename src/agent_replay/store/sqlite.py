@@ -56,13 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import canonical
-from ..errors import (
-    CanonicalEncodingError,
-    ChainIntegrityError,
-    SessionChangedError,
-    SessionNotFoundError,
-    StoreError,
-)
+from ..errors import ChainIntegrityError, SessionChangedError, SessionNotFoundError, StoreError
 from ..model import (
     GENESIS_HASH,
     Continuation,
@@ -72,6 +66,7 @@ from ..model import (
     Step,
     StepKind,
     Trajectory,
+    session_header_bytes,
 )
 
 __all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
@@ -538,15 +533,13 @@ class CheckpointStore:
                 if step.step_hash not in steps:
                     data = step.header_bytes or canonical.encode(step.header())
                     steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, data)
-            # stored with the task's, result's and metadata's dicts in their order; the
-            # digest is of the canonical bytes (Trajectory.digest)
-            stored_header = canonical.encode_stored(dict(sorted(header.items())))
+            header_bytes = session_header_bytes(header)  # (the task's dicts in their order)
             row = (
                 traj.session_id,
                 header["head"],
                 header["n_steps"],
-                stored_header.data,
-                stored_header.hash,
+                header_bytes,
+                canonical.digest(header_bytes),
                 *_summary(traj),
                 now,
             )
@@ -912,15 +905,10 @@ class CheckpointStore:
             raise broken("session row is not readable (head or step count has the wrong type)")
         if not isinstance(session_header, bytes):
             raise broken("session header is not stored as bytes")
-        try:
-            data = canonical.decode(session_header)
-        except ValueError as exc:
-            raise broken(f"session header is not readable ({exc})") from None
-        if canonical.digest(session_header) != session_digest and (
-            not isinstance(data, dict) or _hash_or_none(data) != session_digest
-        ):  # (canonical bytes hash to the digest as they are; reordered ones once re-encoded)
+        if canonical.digest(session_header) != session_digest:
             raise broken("session header does not match its digest")
         try:
+            data = canonical.decode(session_header)
             session = Trajectory(
                 session_id=data["session_id"],
                 task=data.get("task"),
@@ -1166,13 +1154,6 @@ def _checked_headers(
 
 def _same_summary(stored: tuple[Any, ...], expected: tuple[Any, ...]) -> bool:
     return all(type(a) is type(b) and a == b for a, b in zip(stored, expected, strict=True))
-
-
-def _hash_or_none(value: Any) -> str | None:
-    try:
-        return canonical.hash_value(value)
-    except CanonicalEncodingError:
-        return None
 
 
 def _blob(header: dict, part: str) -> str:
