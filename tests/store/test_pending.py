@@ -12,7 +12,7 @@ from agent_replay.errors import StoreError
 from agent_replay.mapping.spans import LogEvent, NormalizedSpan
 from agent_replay.model import StepDraft, StepKind, chain_steps
 from agent_replay.store.sink import DurableSpanSink
-from agent_replay.store.sqlite import SCHEMA_VERSION
+from agent_replay.store.sqlite import PAGE_SIZE, SCHEMA_VERSION
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 CALL = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "t"}]}]
@@ -211,5 +211,14 @@ def test_a_schema_3_store_written_by_the_release_before_loads_and_takes_new_sess
         assert all(result.ok for result in store.verify())
     conn = sqlite3.connect(db)
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
     conn.close()
     assert int(version) == SCHEMA_VERSION == 4
+    assert page_size == 4096  # an existing file keeps its pages; a new one gets PAGE_SIZE
+
+
+def test_a_new_store_has_pages_that_hold_a_step_header_whole(db_path):
+    CheckpointStore(db_path).close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,) == (8192,)
+    conn.close()
