@@ -552,6 +552,16 @@ class Trajectory:
             "effects": [list(e) for e in self.effects],
         }
 
+    def enclosing(self, index: int) -> list[int]:
+        """The steps the step at ``index`` was started inside (:attr:`Step.within`), the
+        innermost first: empty for a step the agent called itself."""
+        out = []
+        outer = self.steps[index].within
+        while outer is not None:
+            out.append(outer)
+            outer = self.steps[outer].within
+        return out
+
     @property
     def digest(self) -> str:
         """Hash of :meth:`header` as stored (:func:`session_header_bytes`): covers the chain

@@ -150,10 +150,9 @@ def _fork(
             f"fork at step {at_step}, but {trajectory.session_id!r} has steps "
             f"0..{len(trajectory.steps) - 1}"
         )
-    outer = trajectory.steps[at_step].within
-    if outer is not None:
-        while trajectory.steps[outer].within is not None:
-            outer = trajectory.steps[outer].within
+    enclosing = trajectory.enclosing(at_step)
+    if enclosing:
+        outer = enclosing[-1]
         raise PlanError(
             f"step {at_step} ({trajectory.steps[at_step].label}) was started inside step "
             f"{outer} ({trajectory.steps[outer].label}): a fork holds every step before it, "
@@ -189,9 +188,7 @@ def _resume(trajectory: Trajectory, session_id: str | None, store: Any) -> _Bran
     if crashed and trajectory.outcome is not None and trajectory.outcome.error is not None:
         # the failed step runs again: with the steps it was started inside, which failed
         # with it (a served one would raise its recorded failure again)
-        cut = len(steps) - 1
-        while steps[cut].within is not None:
-            cut = steps[cut].within  # type: ignore[assignment]
+        cut = [len(steps) - 1, *trajectory.enclosing(len(steps) - 1)][-1]
         trajectory = replace(trajectory, steps=steps[:cut])  # a prefix of a chain is a chain
     return _Branch(
         trajectory,

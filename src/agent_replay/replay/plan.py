@@ -198,11 +198,8 @@ class ReplayPlan:
         steps = trajectory.steps
         named_steps = {*self.forced, *self.removed, *self.observed, *self.edited, *self.models}
         for index in sorted(named_steps):
-            enclosing = []  # a step another one started is only made when that one runs
-            outer = steps[index].within
-            while outer is not None:
-                enclosing.append(outer)
-                outer = steps[outer].within
+            # a step another one started is only made when that one runs
+            enclosing = trajectory.enclosing(index)
             held = [
                 outer
                 for outer in enclosing

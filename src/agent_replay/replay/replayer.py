@@ -748,7 +748,7 @@ def _closest(call: StepCall, position: int, recorded: tuple[Step, ...]) -> list[
 
 _VERIFIED: dict[int, weakref.ref] = {}
 _FACTUAL = ReplayPlan.factual()
-_PREPARED: dict[int, tuple[weakref.ref, list[Decision | None], str]] = {}
+_PREPARED: dict[int, tuple[weakref.ref, list[Decision | None], str, _Shape]] = {}
 
 
 @dataclass(frozen=True)
@@ -830,7 +830,7 @@ def _nesting(
     found: dict[int, tuple[list[int], list[int]]] = {}  # ancestor -> (produce, observe)
     outermost: dict[int, int] = {}
     for position, up in parent.items():
-        child, ancestor = position, up
+        child, ancestor = position, up  # type: int, int | None
         while ancestor is not None:  # every ancestor (each one earlier: this ends)
             # a step's phase under an ancestor is that of the ancestor's child above it
             found.setdefault(ancestor, ([], []))[steps[child].within_observe].append(position)
