@@ -11,8 +11,9 @@ same bytes however their dicts were built: their digest is the value's identity
 (:func:`hash_value`). Its *stored* bytes (:func:`encode_stored`) keep each dict's keys in the
 value's own order, so that what comes back from the store is the value as it was, down to the
 order an agent iterates a dict in; they are the canonical bytes whenever every dict's keys
-are already in sorted order. ``decode`` reads both: ``decode(encode_stored(v).data) == v``
-with the same types and key order, and ``encode(decode(b)) == b`` for canonical bytes ``b``.
+are already in canonical order (sorted, for string keys). ``decode`` reads both:
+``decode(encode_stored(v).data) == v`` with the same types and key order, and
+``encode(decode(b)) == b`` for canonical bytes ``b``.
 
 Anything else (arbitrary objects, enums, dataclasses, strings holding lone surrogates) raises
 :class:`~agent_replay.errors.CanonicalEncodingError` naming the path inside the value; the

@@ -324,9 +324,16 @@ def _output_payload(action: Any, observation: Any, observed: bool, error: Any) -
 
 
 def session_header_bytes(header: Mapping[str, Any]) -> bytes:
-    """The stored bytes of a session header (:meth:`Trajectory.header`): its own fields in
-    sorted order, the task's, result's and metadata's dicts in theirs."""
-    return canonical.stored_bytes(dict(sorted(header.items())))
+    """The stored bytes of a session header (:meth:`Trajectory.header`): its own fields, and
+    those of its outcome and lineage, in sorted order; the task's, result's, metadata's and
+    intervention's dicts in theirs. (So a header whose dicts are all in sorted order has its
+    canonical bytes, which is what store schema 3 and older wrote and hashed: a session
+    they stored has the same digest when loaded.)"""
+    fields = dict(sorted(header.items()))
+    for name in ("outcome", "lineage"):  # rebuilt by to_dict() in their code order
+        if isinstance(fields.get(name), dict):
+            fields[name] = dict(sorted(fields[name].items()))
+    return canonical.stored_bytes(fields)
 
 
 def chain_steps(

@@ -199,12 +199,17 @@ def test_a_schema_3_store_written_by_the_release_before_loads_and_takes_new_sess
     head = "396b626367894f04caea89ee299d8e1aca0d367603d6e7ff730f20baefb9c061"
     with CheckpointStore(db, read_only=True) as store:
         old = store.load("schema3")
+        (stored_digest,) = store._conn().execute("SELECT digest FROM sessions").fetchone()
     assert old.head_hash == head and old.verify() is None
+    # its digest, as this version computes it, is the one stored: taking the session over
+    # (a merge, an import) and saving it unchanged work (they refused or looped before)
+    assert old.digest == stored_digest
     # the one order a schema 3 store kept: keys sorted, non-str keys after str ones
     assert list(old.steps[0].action) == ["a", "z", 1, 2]
     assert old.steps[1].inputs == {"prompt": "z, a, 2, 1"}  # as the agent saw it
     with CheckpointStore(db) as store:  # opened for writing: migrated
         assert store.load("schema3") == old
+        store.save(old, replace=False)  # the same content: nothing to refuse
         new = record(lambda ctx: ctx.tool("t", produce=lambda: {"z": 1, "a": 2}), seed=0)
         store.save(new)
         assert list(store.load(new.session_id).steps[0].action) == ["z", "a"]
