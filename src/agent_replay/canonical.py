@@ -23,7 +23,6 @@ caller adds which step it belongs to.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -115,6 +114,10 @@ class Stored(NamedTuple):
     blob: str  #: digest of ``data``, under which it is stored; ``hash`` when the two agree
 
 
+_sha256 = hashlib.sha256
+_new_stored = tuple.__new__  # a Stored without NamedTuple's keyword-handling __new__
+
+
 def encode(value: Any) -> bytes:
     """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
     return _encoded(value, lambda prepared: _canonical(prepared).encode("utf-8"))
@@ -127,18 +130,22 @@ def encode_stored(value: Any, memo: Memo | None = None) -> Stored:
     With a :class:`Memo`, parts of ``value`` that were encoded before through the same memo
     are not encoded again; the result is the same.
     """
-    both = None
-    if memo is not None:
-        # on any failure the plain path below raises the right error, with its path
-        with contextlib.suppress(Exception):
-            both = _encode_shared(value, memo)
-    if both is None:
-        both = _encoded(value, _both)
-    canon, data = both
-    identity = hashlib.sha256(canon).hexdigest()
+    # (the plain path inlined: this runs for the inputs and the output of every step)
+    try:
+        if memo is not None:
+            canon, data = _encode_shared(value, memo)
+        else:
+            prepared = _prepare(value)
+            data = _dumps_ordered(prepared).encode("utf-8")
+            canon = data
+            if type(prepared) is dict or type(prepared) is list:
+                canon = _canonical(prepared).encode("utf-8")
+    except Exception:  # _encoded says what cannot be encoded, and where
+        canon, data = _encoded(value, _both)
+    identity = _sha256(canon).hexdigest()
     if data is canon or data == canon:
-        return Stored(canon, identity, identity)
-    return Stored(data, identity, hashlib.sha256(data).hexdigest())
+        return _new_stored(Stored, (canon, identity, identity))
+    return _new_stored(Stored, (data, identity, _sha256(data).hexdigest()))
 
 
 def stored_bytes(value: Any) -> bytes:
