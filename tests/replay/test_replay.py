@@ -825,7 +825,7 @@ def test_diff_names_a_step_whose_output_differs_only_in_key_order():
     a2 = record(lambda ctx: ctx.tool("get", produce=lambda: {"z": 1, "a": 2}), seed=0)
     b2 = record(lambda ctx: ctx.tool("get", produce=lambda: {"a": 2, "z": 1}), seed=0)
     d = diff(a2, b2)
-    assert d.first_divergence == 0 and d.steps[0].changes == ("output",)
+    assert d.first_divergence == 0 and d.steps[0].changes == ("output key order",)
 
 
 def test_a_fork_child_that_dropped_nested_steps_replays_its_body_draws_exactly(tmp_path):

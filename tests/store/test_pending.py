@@ -227,3 +227,31 @@ def test_a_new_store_has_pages_that_hold_a_step_header_whole(db_path):
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,) == (8192,)
     conn.close()
+
+
+def test_commands_that_only_read_leave_an_older_store_as_it_was(tmp_path):
+    """sessions, show, verify, diff and the console opened the store for writing, so the
+    first look with a newer agent-replay migrated it for good, and the version the user came
+    from refused it from then on."""
+    from click.testing import CliRunner
+
+    from agent_replay.cli import main
+    from agent_replay.console.app import Console
+
+    db = tmp_path / "old.sqlite"
+    shutil.copyfile(Path(__file__).parent / "data" / "schema3.sqlite", db)
+    runner = CliRunner()
+    for args in (
+        ["sessions", "--db", str(db)],
+        ["show", "--db", str(db), "--session", "schema3"],
+        ["verify", "--db", str(db)],
+        ["diff", "--db", str(db), "schema3", "schema3"],
+    ):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    with Console(db) as console:
+        assert console.store.session_ids() == ["schema3"]
+    conn = sqlite3.connect(db)
+    version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    conn.close()
+    assert version == "3"

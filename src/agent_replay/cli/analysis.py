@@ -58,7 +58,7 @@ def aggregate_command(
 ) -> None:
     """Attribute every failing session and rank step names by how often they are to blame."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         listed = store.list_sessions(search=search)
         summaries = [s for s in listed if s.failed is not False]
         passed = len(listed) - len(summaries)
@@ -135,7 +135,7 @@ def drift_command(
         raise click.UsageError("--out - and --json would both print to standard output")
     if out_path is not None and not to_stdout:
         output_path(out_path, "--out")
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)

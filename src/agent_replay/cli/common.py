@@ -35,10 +35,12 @@ db_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
+def open_store(path: Path, *, must_exist: bool = True, read_only: bool = False) -> CheckpointStore:
     """The store at ``path``; a ClickException that says what to do when it cannot be used.
     A store that need not exist is one to write into: one this user cannot write (which
-    opens for reading) is refused at once."""
+    opens for reading) is refused at once. ``read_only`` for commands that only read: they
+    change nothing in the file, not even an older store's schema (an older agent-replay can
+    still open it afterwards)."""
     if must_exist and not path.exists():
         raise click.ClickException(f"{path} does not exist; record or import something first")
     if must_exist and path.is_file() and path.stat().st_size == 0:
@@ -47,7 +49,7 @@ def open_store(path: Path, *, must_exist: bool = True) -> CheckpointStore:
             f"{path} is empty, not a store yet; record or import something first"
         )
     try:
-        store = CheckpointStore(path)
+        store = CheckpointStore(path, read_only=read_only)
     except AgentReplayError as exc:
         raise click.ClickException(str(exc)) from exc
     if store.unwritable and not must_exist:

@@ -194,7 +194,7 @@ def resume_command(
 @json_option
 def diff_command(db: Path, session_a: str, session_b: str, as_json: bool) -> None:
     """Compare two sessions step by step; show the first divergence."""
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         comparison = diff(store.load(session_a), store.load(session_b))
     if as_json:
         echo_json(comparison.to_dict())

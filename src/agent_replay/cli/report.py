@@ -53,7 +53,7 @@ def report_command(
     except ReportSchemaError as exc:
         raise click.ClickException(f"{json_path}: {exc}") from exc
     if db is not None and "trajectory" not in data:
-        with friendly_errors(), open_store(db) as store:
+        with friendly_errors(), open_store(db, read_only=True) as store:
             data["trajectory"] = trajectory_section(store.load(data["session_id"]))
     elif "trajectory" not in data:
         click.echo(

@@ -34,7 +34,7 @@ def serve_command(db: Path, host: str, port: int, reports_dir: Path | None) -> N
     """
     from ..console import Console, make_server
 
-    open_store(db).close()  # a clear error for a missing or foreign file
+    open_store(db, read_only=True).close()  # a clear error for a missing or foreign file
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: serving on {host} without authentication", err=True)
     with friendly_errors(), Console(db, reports_dir=reports_dir) as console:

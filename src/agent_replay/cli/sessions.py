@@ -15,7 +15,7 @@ from .common import db_option, echo_json, friendly_errors, json_option, open_sto
 @click.option("--search", default=None, help="Only sessions whose id contains this text.")
 def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
     """List the sessions in a store (id, steps, outcome, source, lineage)."""
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         rows = store.list_sessions(search=search)
     if as_json:
         echo_json([row.to_dict() for row in rows])

@@ -95,7 +95,7 @@ def render_table(traj: Trajectory, width: int | None = None) -> str:
 @json_option
 def show_command(db: Path, session_id: str, as_json: bool) -> None:
     """Show one session's steps (verified on load)."""
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         traj = store.load(session_id)
     if as_json:
         echo_json(trajectory_json(traj))

@@ -16,7 +16,7 @@ from .common import db_option, echo_json, friendly_errors, json_option, open_sto
 @json_option
 def verify_command(db: Path, session_id: str | None, as_json: bool) -> None:
     """Check blobs, step hashes, chain links and session digests. Exit 1 if anything is off."""
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=True) as store:
         if session_id is not None and session_id not in store:
             raise click.ClickException(f"no session {session_id!r} in {db}")
         results = store.verify(session_id)

@@ -137,7 +137,9 @@ class Console:
         self.reports_dir = Path(reports_dir) if reports_dir else reports_dir_for(self.db)
         self._report_cache: dict[tuple[str, int, int], dict[str, Any] | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agent-replay-console")
-        self.store = self._pool.submit(CheckpointStore, self.db).result()
+        # it only reads: an older store keeps its schema (an older agent-replay can still
+        # open it), and a receiver writing into the file meanwhile is seen as it commits
+        self.store = self._pool.submit(CheckpointStore, self.db, read_only=True).result()
 
     def close(self) -> None:
         self._pool.submit(self.store.close).result()

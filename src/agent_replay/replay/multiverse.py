@@ -420,11 +420,16 @@ def _changes(a: Step | None, b: Step | None) -> list[str]:
     changes = []
     if (a.kind, a.name) != (b.kind, b.name):
         changes.append("operation")
-    # (the blob differs where only the order of a dict's keys does: the agent saw that too)
-    if (a.input_hash, a.input_blob) != (b.input_hash, b.input_blob):
-        changes.append("inputs")
-    if (a.output_hash, a.output_blob) != (b.output_hash, b.output_blob):
-        changes.append("output")
+    # equal content whose dicts differ only in key order has equal hashes and other blobs:
+    # the agent saw another order (a store before schema 4 kept none: its dicts are sorted)
+    for what, ours, theirs in (
+        ("inputs", (a.input_hash, a.input_blob), (b.input_hash, b.input_blob)),
+        ("output", (a.output_hash, a.output_blob), (b.output_hash, b.output_blob)),
+    ):
+        if ours[0] != theirs[0]:
+            changes.append(what)
+        elif ours[1] != theirs[1]:
+            changes.append(f"{what} key order")
     if a.agent != b.agent:
         changes.append("agent")
     return changes or ["metadata"]
