@@ -114,10 +114,6 @@ class Stored(NamedTuple):
     blob: str  #: digest of ``data``, under which it is stored; ``hash`` when the two agree
 
 
-_sha256 = hashlib.sha256
-_new_stored = tuple.__new__  # a Stored without NamedTuple's keyword-handling __new__
-
-
 def encode(value: Any) -> bytes:
     """Canonical bytes of ``value``; raises ``CanonicalEncodingError`` if it has none."""
     return _encoded(value, lambda prepared: _canonical(prepared).encode("utf-8"))
@@ -130,22 +126,14 @@ def encode_stored(value: Any, memo: Memo | None = None) -> Stored:
     With a :class:`Memo`, parts of ``value`` that were encoded before through the same memo
     are not encoded again; the result is the same.
     """
-    # (the plain path inlined: this runs for the inputs and the output of every step)
-    try:
-        if memo is not None:
-            canon, data = _encode_shared(value, memo)
-        else:
-            prepared = _prepare(value)
-            data = _dumps_ordered(prepared).encode("utf-8")
-            canon = data
-            if type(prepared) is dict or type(prepared) is list:
-                canon = _canonical(prepared).encode("utf-8")
+    try:  # (not through _encoded: this runs for the inputs and the output of every step)
+        canon, data = _both(_prepare(value)) if memo is None else _encode_shared(value, memo)
     except Exception:  # _encoded says what cannot be encoded, and where
         canon, data = _encoded(value, _both)
-    identity = _sha256(canon).hexdigest()
+    identity = hashlib.sha256(canon).hexdigest()
     if data is canon or data == canon:
-        return _new_stored(Stored, (canon, identity, identity))
-    return _new_stored(Stored, (data, identity, _sha256(data).hexdigest()))
+        return Stored(canon, identity, identity)
+    return Stored(data, identity, hashlib.sha256(data).hexdigest())
 
 
 def stored_bytes(value: Any) -> bytes:
@@ -217,12 +205,11 @@ _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def snapshot(value: Any) -> Any:
-    """``value`` detached from whoever else holds it, equal to it and of the same types (what
-    :func:`decode` of its :func:`encode` gives): later changes to the caller's objects - an
-    agent appending to the message list it passed to a step - cannot reach the copy. Scalars
-    come back as they are and a dict of scalars as a shallow copy; anything else makes the
-    round trip through its stored bytes (dicts keep their key order). Raises
-    :class:`CanonicalEncodingError` as :func:`encode` does."""
+    """``value`` detached from whoever else holds it, equal to it, of the same types and with
+    its dicts' key order: later changes to the caller's objects - an agent appending to the
+    message list it passed to a step - cannot reach the copy. Scalars come back as they are
+    and a dict of scalars as a shallow copy; anything else makes the round trip through its
+    stored bytes. Raises :class:`CanonicalEncodingError` as :func:`encode` does."""
     t = type(value)
     if t in _SCALARS:
         return value
@@ -241,7 +228,8 @@ def hash_value(value: Any) -> str:
 
 
 def decode(data: bytes | str) -> Any:
-    """Inverse of :func:`encode`. Raises ``ValueError`` on bytes this module did not write."""
+    """The value of canonical or stored bytes (:func:`encode`, :func:`encode_stored`).
+    Raises ``ValueError`` on bytes this module did not write."""
     return json.loads(data, object_hook=_untag)
 
 

@@ -226,6 +226,17 @@ class Step:
         return f"{self.kind.value}:{self.name}"
 
     @property
+    def input_address(self) -> str:
+        """Where :attr:`inputs`' stored bytes are kept: :attr:`input_blob`, else
+        :attr:`input_hash` (the two encodings are the same bytes)."""
+        return self.input_blob or self.input_hash
+
+    @property
+    def output_address(self) -> str:
+        """Where the output payload's stored bytes are kept (as :attr:`input_address`)."""
+        return self.output_blob or self.output_hash
+
+    @property
     def within(self) -> int | None:
         """Index of the step whose ``produce`` or ``observe`` started this one (``None``: the
         agent called it itself). A replay that serves that step serves this one with it."""
@@ -301,9 +312,9 @@ class Step:
             return "inputs do not match input_hash"
         if output.hash != self.output_hash:
             return "outputs do not match output_hash"
-        if inputs.blob != (self.input_blob or self.input_hash):
+        if inputs.blob != self.input_address:
             return "inputs do not match input_blob"
-        if output.blob != (self.output_blob or self.output_hash):
+        if output.blob != self.output_address:
             return "outputs do not match output_blob"
         if canonical.hash_value(self.header()) != self.step_hash:
             return "header does not match step_hash"

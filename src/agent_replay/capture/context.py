@@ -109,20 +109,16 @@ def effect_key(ctx: AgentContext, kind: str) -> tuple[int, str]:
     return (ctx.position, kind) if step is None else (step, kind + "@step")
 
 
-def _enclosing(ctx: AgentContext) -> dict[str, Any]:
-    """Where a step that just finished ran (its own running state was reset): inside which
-    step of ``ctx``, and in its observe or its produce; nothing in the agent's body."""
-    active = _ACTIVE_STEP.get()
-    if active is None or active.ctx is not ctx:
-        return {}
-    return {"within": active.position, "within_observe": active.observing}
-
-
 def running_step(ctx: AgentContext) -> int | None:
     """Position of the step of ``ctx`` whose produce or observe the calling code runs inside
     (``None`` in the agent's own body)."""
+    active = _running(ctx)
+    return None if active is None else active.position
+
+
+def _running(ctx: AgentContext) -> _ActiveStep | None:
     active = _ACTIVE_STEP.get()
-    return active.position if active is not None and active.ctx is ctx else None
+    return active if active is not None and active.ctx is ctx else None
 
 
 @dataclass(slots=True)
@@ -474,6 +470,7 @@ class AgentContext:
         error: dict[str, Any] | None,
     ) -> None:
         ended = time.time_ns()
+        enclosing = _running(self)  # (this step's own was reset): the step it ran inside
         ids = (None, None, None)
         if span is not None:
             ids = _span_ids(span)
@@ -492,7 +489,8 @@ class AgentContext:
                 trace_id=ids[0],
                 span_id=ids[1],
                 parent_span_id=ids[2],
-                **_enclosing(self),
+                within=None if enclosing is None else enclosing.position,
+                within_observe=enclosing is not None and enclosing.observing,
             ),
         )
 

@@ -188,7 +188,8 @@ def _resume(trajectory: Trajectory, session_id: str | None, store: Any) -> _Bran
     if crashed and trajectory.outcome is not None and trajectory.outcome.error is not None:
         # the failed step runs again: with the steps it was started inside, which failed
         # with it (a served one would raise its recorded failure again)
-        cut = [len(steps) - 1, *trajectory.enclosing(len(steps) - 1)][-1]
+        last = len(steps) - 1
+        cut = (trajectory.enclosing(last) or [last])[-1]
         trajectory = replace(trajectory, steps=steps[:cut])  # a prefix of a chain is a chain
     return _Branch(
         trajectory,
@@ -423,8 +424,8 @@ def _changes(a: Step | None, b: Step | None) -> list[str]:
     # equal content whose dicts differ only in key order has equal hashes and other blobs:
     # the agent saw another order (a store before schema 4 kept none: its dicts are sorted)
     for what, ours, theirs in (
-        ("inputs", (a.input_hash, a.input_blob), (b.input_hash, b.input_blob)),
-        ("output", (a.output_hash, a.output_blob), (b.output_hash, b.output_blob)),
+        ("inputs", (a.input_hash, a.input_address), (b.input_hash, b.input_address)),
+        ("output", (a.output_hash, a.output_address), (b.output_hash, b.output_address)),
     ):
         if ours[0] != theirs[0]:
             changes.append(what)

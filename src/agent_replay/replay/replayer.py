@@ -696,9 +696,7 @@ def _reproduces(result: StepResult, recorded: Step) -> bool:
         stored = canonical.encode_stored(payload)
     except CanonicalEncodingError:
         return False
-    return stored.hash == recorded.output_hash and stored.blob == (
-        recorded.output_blob or recorded.output_hash
-    )
+    return stored.hash == recorded.output_hash and stored.blob == recorded.output_address
 
 
 def _draft(material: tuple) -> StepDraft:
@@ -760,7 +758,10 @@ class _Shape:
     outermost: dict[int, int]
     step_effects: dict[int, list[tuple[int, str, Any]]]
     segments: tuple[int, ...] | None  # see _segments_of
-    special: frozenset[int] = frozenset()  # where Replayer.begin has more to do than bind
+    special: frozenset[int] = field(init=False)  # where Replayer.begin has more to do
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "special", frozenset(self.nested) | frozenset(self.step_effects))
 
 
 def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str, _Shape]:
@@ -778,16 +779,15 @@ def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str, _Shap
         [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
     )
     segments = _segments_of(trajectory)
+    # a step's own now() / uuid() values, by its position here (keyed by stream segment)
     local = {segment: i for i, segment in enumerate(segments or ())}
     step_effects: dict[int, list[tuple[int, str, Any]]] = {}
     for effect in trajectory.effects:
         if isinstance(effect[1], str) and effect[1].endswith("@step"):
-            position = local.get(effect[0], -1) if segments else effect[0]
-            step_effects.setdefault(position, []).append(tuple(effect))  # type: ignore[arg-type]
-    nested, outermost = _nesting(trajectory.steps)
-    shape = _Shape(
-        nested, outermost, step_effects, segments, frozenset(nested) | frozenset(step_effects)
-    )
+            position = local.get(effect[0]) if segments else effect[0]
+            if position is not None:
+                step_effects.setdefault(position, []).append(tuple(effect))  # type: ignore[arg-type]
+    shape = _Shape(*_nesting(trajectory), step_effects, segments)
     ref = weakref.ref(trajectory, lambda _r, key=key: _PREPARED.pop(key, None))
     _PREPARED[key] = (ref, decisions, content, shape)
     return decisions, content, shape
@@ -811,11 +811,9 @@ def _segments_of(trajectory: Trajectory) -> tuple[int, ...] | None:
     return None
 
 
-def _nesting(
-    steps: tuple[Step, ...],
-) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+def _nesting(trajectory: Trajectory) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
     """Where the recording started steps inside others (their produce or observe called
-    ``ctx.llm`` / ``tool`` / ``memory``: :attr:`Step.within`):
+    ``ctx.llm`` / ``tool`` / ``memory``: :meth:`Trajectory.enclosing`):
 
     * position → how many steps were started inside its produce, and how many inside its
       observe, for steps whose descendants are exactly the positions right after them,
@@ -824,18 +822,17 @@ def _nesting(
       step's descendants diverges after it, as it says);
     * position of a nested step → position of the outermost step it was started inside.
     """
-    parent = {step.index: step.within for step in steps if step.within is not None}
-    if not parent:
-        return {}, {}
+    steps = trajectory.steps
     found: dict[int, tuple[list[int], list[int]]] = {}  # ancestor -> (produce, observe)
     outermost: dict[int, int] = {}
-    for position, up in parent.items():
-        child, ancestor = position, up  # type: int, int | None
-        while ancestor is not None:  # every ancestor (each one earlier: this ends)
-            # a step's phase under an ancestor is that of the ancestor's child above it
-            found.setdefault(ancestor, ([], []))[steps[child].within_observe].append(position)
-            outermost[position] = ancestor
-            child, ancestor = ancestor, parent.get(ancestor)
+    for step in steps:
+        if step.within is None:
+            continue
+        enclosing = trajectory.enclosing(step.index)
+        # its phase under an ancestor is that of the ancestor's child it descends from
+        for ancestor, child in zip(enclosing, [step.index, *enclosing], strict=False):
+            found.setdefault(ancestor, ([], []))[steps[child].within_observe].append(step.index)
+        outermost[step.index] = enclosing[-1]
     nested = {}
     for k, (in_produce, in_observe) in found.items():
         a, b = len(in_produce), len(in_observe)

@@ -75,7 +75,8 @@ SCHEMA_VERSION = 4
 PAGE_SIZE = 8192
 """Of a new store: a step's header (a row of ``steps``, a WITHOUT ROWID table) is kept whole
 on its page up to about 2 KB, where 4096-byte pages spilled rows of about 1 KB onto overflow
-pages (measured: capture's store stage 1.7x slower for headers of 850 bytes than of 710)."""
+pages (the blob addresses of schema 4 made capture's store stage 1.7x slower with 4 KiB
+pages: ``benchmarks/compare.py``, see docs/store.md)."""
 WAL_LIMIT_BYTES = 64 << 20
 """What the write-ahead log is truncated to after a checkpoint."""
 # what SQLite raises on a damaged file: its errors, and text (its own messages included) that
@@ -525,17 +526,8 @@ class CheckpointStore:
             else:
                 traj, header, after = item, item.header(), None
             for step in traj.steps:
-                for blob, data, value in (
-                    (step.input_blob or step.input_hash, step.input_bytes, step.inputs),
-                    (step.output_blob or step.output_hash, step.output_bytes, None),
-                ):
-                    if blob not in blobs:
-                        if not data:
-                            stored = canonical.encode_stored(
-                                step.output_payload() if value is None else value
-                            )
-                            blob, data = stored.blob, stored.data
-                        blobs[blob] = data
+                _add_blob(blobs, step.input_address, step.input_bytes, lambda s=step: s.inputs)
+                _add_blob(blobs, step.output_address, step.output_bytes, step.output_payload)
                 if step.step_hash not in steps:
                     data = step.header_bytes or canonical.encode(step.header())
                     steps[step.step_hash] = (step.step_hash, step.prev_hash, step.index, data)
@@ -1160,6 +1152,17 @@ def _checked_headers(
 
 def _same_summary(stored: tuple[Any, ...], expected: tuple[Any, ...]) -> bool:
     return all(type(a) is type(b) and a == b for a, b in zip(stored, expected, strict=True))
+
+
+def _add_blob(blobs: dict[str, bytes], address: str, data: bytes, value: Callable[[], Any]) -> None:
+    """``data`` under ``address`` in ``blobs`` (the stored bytes of ``value()`` under their own
+    address when ``data`` is empty: a :class:`Step` built by hand, without its bytes)."""
+    if address in blobs:
+        return
+    if not data:
+        stored = canonical.encode_stored(value())
+        address, data = stored.blob, stored.data
+    blobs[address] = data
 
 
 def _blob(header: dict, part: str) -> str:
