@@ -156,3 +156,14 @@ def test_a_source_that_is_not_text_round_trips(db_path):
         store.save(trajectory)
         assert store.load("s") == trajectory
         assert store.list_sessions()[0].source == '{"":null,"0":null}'
+
+
+def test_a_step_built_without_its_bytes_is_stored_with_its_own_content(db_path):
+    """save() encodes the content of a Step made by hand (no bytes kept): its fallback took
+    the output payload for inputs that were None, so the step could not be loaded."""
+    sealed = chain_steps([StepDraft(kind=StepKind.TOOL, name="t", inputs=None, action={"b": 1})])
+    bare = replace(sealed[0], input_bytes=b"", output_bytes=b"", header_bytes=b"")
+    with CheckpointStore(db_path) as store:
+        store.save(Trajectory("hand", (bare,)))
+        loaded = store.load("hand")
+    assert loaded.steps[0].inputs is None and loaded.steps[0].action == {"b": 1}
