@@ -104,6 +104,21 @@ class SideEffectBlockedError(AgentReplayError):
     """
 
 
+class RolloutLimitExceeded(BaseException):
+    """Raised inside the agent when a rollout reaches its :class:`RolloutLimits` (too many
+    steps, or out of time): a run that an intervention sent into a loop is stopped, and the
+    rollout counts as a failure.
+
+    It derives from ``BaseException``, as ``asyncio.CancelledError`` does, so that an
+    agent's ``except Exception`` (a tool wrapper turning errors into messages) does not
+    swallow it and carry on looping. ``reason`` is ``"steps"`` or ``"seconds"``.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class RecordedStepError(AgentReplayError):
     """Re-raised during replay when a held step had raised during recording.
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..capture.run import Verifier
 from ..model import Step, Trajectory
+from ..replay.limits import RolloutLimits
 from ..rollouts.engine import RolloutCache
 from .api import attribute
 from .drift import drift
@@ -23,6 +24,7 @@ def analyze(
     *,
     state_scorer: Callable[[Step], float] | None = None,
     cache: RolloutCache | None = None,
+    limits: RolloutLimits | None = None,
     **attribute_options: Any,
 ) -> dict[str, Any]:
     """Run the three analyses with one :class:`RolloutCache`.
@@ -34,10 +36,20 @@ def analyze(
     """
     cache = cache or RolloutCache()
     return {
-        "attribution": attribute(trajectory, agent, verifier, cache=cache, **attribute_options),
-        "drift": drift(
-            trajectory, agent, verifier, rollouts, state_scorer=state_scorer, cache=cache
+        "attribution": attribute(
+            trajectory, agent, verifier, cache=cache, limits=limits, **attribute_options
         ),
-        "faithfulness": faithfulness(trajectory, agent, verifier, min(rollouts, 30), cache=cache),
+        "drift": drift(
+            trajectory,
+            agent,
+            verifier,
+            rollouts,
+            state_scorer=state_scorer,
+            cache=cache,
+            limits=limits,
+        ),
+        "faithfulness": faithfulness(
+            trajectory, agent, verifier, min(rollouts, 30), cache=cache, limits=limits
+        ),
         "cache": cache,
     }

@@ -9,6 +9,7 @@ from typing import Any
 from ..capture.run import Verifier
 from ..errors import FailedRunError, SuccessfulRunError
 from ..model import Trajectory
+from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
 from .effects import PrefixProfile, SearchResult, search_effects, significant
@@ -61,6 +62,7 @@ def attribute(
     pass_context: bool = True,
     fdr_method: str = "e-bh",
     keep_rollouts: bool = False,
+    limits: RolloutLimits | None = None,
 ) -> AttributionResult:
     """Estimate each step's causal effect on the failure and name the culprit.
 
@@ -73,6 +75,10 @@ def attribute(
     show). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
     ``agents=True`` adds agent-level Shapley values (default: when the run has 2-8 agents and
     a Shapley method is chosen). ``repair=True`` searches a minimal repair of the culprit.
+
+    ``limits`` (:class:`~agent_replay.replay.RolloutLimits`) bounds each rollout: by default
+    ten times the run's steps (at least 100), no time limit; a rollout stopped by them counts
+    as a failure, and the result warns how many were.
 
     ``culprit_rule="poc"`` names the Point-of-Commitment step instead (the published
     package's rule, kept for comparison; it is always reported as ``poc_index``).
@@ -106,6 +112,7 @@ def attribute(
         pass_context=pass_context,
         cache=cache,
         keep_records=keep_rollouts,  # a record per rollout costs time; only when asked
+        limits=limits,
     )
     credit = mode == "credit"
     profile = PrefixProfile(n)
@@ -305,6 +312,13 @@ def attribute(
             "list of messages, say); later steps could not be changed by them, so those "
             "rollouts do not follow the re-draw: check the resample policy's return value "
             "(ScriptedPolicy([messages]) for a message list)"
+        )
+    if engine.cost.stopped:
+        warnings.append(
+            f"{engine.cost.stopped} of {engine.cost.rollouts} rollouts ran into their limits "
+            f"({engine.limits.describe()}) and were stopped; they count as failures (the "
+            "agent looped or stalled under an intervention; RolloutLimits / "
+            "--max-rollout-steps and --rollout-timeout set the limits)"
         )
     cost = engine.cost.to_dict()
     cost["seconds"] = round(time.perf_counter() - started, 6)

@@ -19,6 +19,7 @@ from typing import Any
 from ..capture.run import Verifier
 from ..errors import VerifierError
 from ..model import Step, Trajectory
+from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutCache, RolloutEngine
 from .stats import Interval, clopper_pearson
@@ -134,11 +135,15 @@ def drift(
     decay: float = 0.3,
     confidence: float = 0.95,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> DriftResult:
-    """Measure ``F(p)`` at every position (``rollouts`` each) and derive the entropy curve."""
+    """Measure ``F(p)`` at every position (``rollouts`` each) and derive the entropy curve.
+    ``limits`` bounds each rollout (see :class:`~agent_replay.rollouts.RolloutEngine`)."""
     if rollouts < 1:
         raise ValueError(f"rollouts must be at least 1; got {rollouts}")
-    engine = RolloutEngine(trajectory, agent, verifier, cache=cache, pass_context=pass_context)
+    engine = RolloutEngine(
+        trajectory, agent, verifier, cache=cache, pass_context=pass_context, limits=limits
+    )
     n = len(trajectory.steps)
     rates, intervals = [], []
     for position in range(n + 1):

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..capture.run import Verifier
 from ..model import Trajectory
+from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutCache, RolloutEngine
 from .repair import value_key
@@ -55,9 +56,13 @@ def faithfulness(
     threshold: float = 0.5,
     cache: RolloutCache | None = None,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> FaithfulnessResult:
-    """Sensitivity of the final answer to each step (see the module docstring)."""
-    engine = RolloutEngine(trajectory, agent, verifier, cache=cache, pass_context=pass_context)
+    """Sensitivity of the final answer to each step (see the module docstring). ``limits``
+    bounds each rollout (see :class:`~agent_replay.rollouts.RolloutEngine`)."""
+    engine = RolloutEngine(
+        trajectory, agent, verifier, cache=cache, pass_context=pass_context, limits=limits
+    )
     n = len(trajectory.steps)
     runs = {
         p: engine.run(ReplayPlan.ablate_from(p), range(rollouts), share=False) for p in range(n + 1)

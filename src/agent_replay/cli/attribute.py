@@ -157,6 +157,21 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     help="Confidence level of the intervals, strictly between 0.5 and 1.",
 )
 @click.option(
+    "--max-rollout-steps",
+    default=None,
+    type=click.IntRange(1),
+    metavar="N",
+    help="Stop a rollout that is about to run its N-th step live; it counts as a failure "
+    "[default: 10 x the run's steps, at least 100].",
+)
+@click.option(
+    "--rollout-timeout",
+    default=None,
+    type=click.FloatRange(0, min_open=True),
+    metavar="SECONDS",
+    help="Stop a rollout that runs longer than this; it counts as a failure [default: none].",
+)
+@click.option(
     "--out",
     "out_prefix",
     default=None,
@@ -191,6 +206,8 @@ def attribute_command(
     repair: bool,
     mode: str,
     confidence: float,
+    max_rollout_steps: int | None,
+    rollout_timeout: float | None,
     out_prefix: Path | None,
     reports_dir: Path | None,
     no_save: bool,
@@ -204,6 +221,7 @@ def attribute_command(
     explanation; the report is kept in DB.reports/ for `agent-replay serve`.
     """
     from ..attribution import attribute
+    from ..replay import RolloutLimits
 
     verifier = load_entrypoint(verifier_spec, "--verifier")
     if otlp_url is not None and not otlp_url.startswith(("http://", "https://")):
@@ -232,6 +250,8 @@ def attribute_command(
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
+    limits = RolloutLimits.default(trajectory)
+    limits = RolloutLimits(max_rollout_steps or limits.steps, rollout_timeout)
     progress = RolloutProgress(agent, budget=budget)
     # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
     # other package errors into one-line messages with exit code 1
@@ -247,6 +267,7 @@ def attribute_command(
             budget=budget,
             mode=mode,
             executor=progress,
+            limits=limits,
         )
     explanation = result.explain(trajectory)
     data = build_report(result, trajectory, explanation)

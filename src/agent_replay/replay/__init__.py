@@ -1,6 +1,7 @@
 """Replay: plans, the replay driver, the multiverse operations and the replay agent."""
 
 from .agent import ReplayAgent, replayable_agent
+from .limits import RolloutLimits
 from .multiverse import TrajectoryDiff, afork, aresume, diff, fork, resume
 from .plan import ReplayPlan
 from .policies import (
@@ -23,6 +24,7 @@ __all__ = [
     "ReplayResult",
     "ResamplePolicy",
     "ResampleRequest",
+    "RolloutLimits",
     "ScriptedPolicy",
     "TrajectoryDiff",
     "afork",

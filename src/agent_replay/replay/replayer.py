@@ -28,8 +28,10 @@ exception out of :func:`replay`.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
+import time
 import uuid as _uuid
 import weakref
 from collections import defaultdict, deque
@@ -64,9 +66,11 @@ from ..capture.seeds import derive_seed, stream_seed
 from ..errors import (
     CanonicalEncodingError,
     ReplayDivergenceError,
+    RolloutLimitExceeded,
     SideEffectBlockedError,
 )
 from ..model import Lineage, Outcome, Step, StepDraft, Trajectory, chain_steps
+from .limits import RolloutLimits
 from .plan import FORCE, HOLD, MOCK_OBSERVE, REMOVE, ReplayPlan
 from .policies import PolicyError
 
@@ -123,6 +127,7 @@ class ReplayResult:
     coupled_steps: int = 0
     path_end: int | None = None
     same_at: int | None = None
+    stopped: str | None = None
     positions: tuple[int, ...] = field(repr=False, default=())
     segments: tuple[int, ...] | None = field(repr=False, default=None)
     _material: tuple = field(repr=False, default=(), compare=False)
@@ -192,6 +197,7 @@ class ReplayResult:
             else {k: self.exception[k] for k in ("type", "message", "traceback")},
             "live_steps": self.live_steps,
             "tokens": self.tokens,
+            "stopped": self.stopped,
         }
 
 
@@ -207,6 +213,9 @@ class Replayer:
     branch_at: int | None = None
     rejoin_at: int | None = None
     same_at: int | None = None
+    limits: RolloutLimits | None = None
+    deadline: float | None = None  # time.monotonic() past which the rollout is stopped
+    stopped: RolloutLimitExceeded | None = None
     _effects: dict[tuple[int, str], deque] | None = None  # recorded now()/uuid(), on first use
     _uuid_count = 0
     _clock = 0.0  # the latest now() this rollout served off the recorded path
@@ -375,6 +384,8 @@ class Replayer:
                 self.rejoined = known
                 self.rejoin_at = position
                 raise _Rejoined()
+        if self.limits is not None:
+            self._within_limits(position)
         return Decision(
             position=position,
             inputs=inputs,
@@ -446,6 +457,8 @@ class Replayer:
         return decision
 
     def _live(self, call: StepCall, position: int) -> Decision:
+        if self.limits is not None:
+            self._within_limits(position)
         decision = Decision(
             position=position,
             inputs=call.inputs,
@@ -459,6 +472,20 @@ class Replayer:
             decision.run_produce = decision.run_observe = False
             decision.exception = self._blocked(call, position, "the run left the recording")
         return decision
+
+    def _within_limits(self, position: int) -> None:
+        """Stop the rollout (raise inside the agent) once it reaches its limits; every live
+        step after that raises again, should the agent catch it."""
+        if self.stopped is None:
+            limits = self.limits
+            assert limits is not None
+            if limits.steps is not None and position >= limits.steps:
+                self.stopped = limits.exceeded("steps")
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
+                self.stopped = limits.exceeded("seconds")
+            else:
+                return
+        raise self.stopped
 
     def _blocked(self, call: StepCall, position: int, why: str) -> SideEffectBlockedError:
         self.blocked.append(position)
@@ -632,6 +659,9 @@ class _Rejoined(BaseException):
 
     A BaseException so that agents catching ``Exception`` do not swallow it.
     """
+
+
+_STOP = (_Rejoined, RolloutLimitExceeded)  # end a run quietly: the driver says why
 
 
 class Coupling:
@@ -865,6 +895,7 @@ def _setup(
     coupling: Coupling | None,
     context_cls: type[AgentContext],
     stop_if_same_at: int | None = None,
+    limits: RolloutLimits | None = None,
 ) -> tuple[Replayer, AgentContext]:
     plan = plan or _FACTUAL
     if strict is not None and strict != plan.strict:
@@ -875,6 +906,10 @@ def _setup(
     driver = Replayer(trajectory, plan, seed)
     driver.coupling = coupling
     driver.stop_if_same_at = stop_if_same_at if coupling is not None else None
+    if limits is not None:
+        driver.limits = limits
+        if limits.seconds is not None:
+            driver.deadline = time.monotonic() + limits.seconds
     ctx = context_cls(
         driver,
         session_id=trajectory.session_id,
@@ -889,8 +924,10 @@ def _setup(
 def _result(
     driver: Replayer, verifier: Verifier | None, result: Any, error: BaseException | None
 ) -> ReplayResult:
-    stopped = driver.same_at is not None or driver.rejoined is not None
-    if not stopped:
+    if driver.stopped is not None:  # whatever the agent made of it: it did not finish
+        result, error = None, driver.stopped
+    cut = driver.same_at is not None or driver.rejoined is not None
+    if not cut and driver.stopped is None:
         driver.finish()
     if driver.error is not None:
         raise driver.error
@@ -903,7 +940,12 @@ def _result(
         outcome, result, error = driver.rejoined, None, None
     else:
         known = None
-        if coupling is not None and not driver.changed and driver.divergence is None:
+        if (
+            coupling is not None
+            and not driver.changed
+            and driver.divergence is None
+            and driver.stopped is None
+        ):
             known = coupling.lookup(driver.seed, len(driver.recorded))  # the factual verdict
         if isinstance(known, Outcome):
             outcome = known
@@ -914,7 +956,7 @@ def _result(
                 error,
                 where=(f"replay of {driver.trajectory.session_id!r} (rollout seed {driver.seed})"),
             )
-        if coupling is not None and driver.divergence is None:
+        if coupling is not None and driver.divergence is None and driver.stopped is None:
             at = driver.branch_at if driver.changed else len(driver.recorded)
             if at is not None:
                 coupling.note_branch(driver.seed, at, outcome)
@@ -945,6 +987,7 @@ def _result(
         coupled_steps=driver.coupled_steps,
         path_end=_path_end(driver),
         same_at=driver.same_at,
+        stopped=None if driver.stopped is None else driver.stopped.reason,
         positions=positions,
         segments=segments,
         _material=tuple(map(driver.steps.__getitem__, positions)),
@@ -965,6 +1008,7 @@ def replay(
     tracer_provider: trace.TracerProvider | None = None,
     coupling: Coupling | None = None,
     stop_if_same_at: int | None = None,
+    limits: RolloutLimits | None = None,
 ) -> ReplayResult:
     """Run ``agent_fn`` once against ``trajectory`` under ``plan`` (factual by default).
 
@@ -975,8 +1019,10 @@ def replay(
     :class:`~agent_replay.replay.PolicyError` when a resample policy fails (an endpoint down is
     not the agent failing, so it is no rollout outcome). No spans are emitted
     unless ``tracer_provider`` is given. ``coupling`` shares work between rollouts of prefix
-    plans (see :class:`Coupling`; the rollout engine manages it). ``async def`` agents are run
-    to completion (use :func:`areplay` inside an event loop).
+    plans (see :class:`Coupling`; the rollout engine manages it). ``limits``
+    (:class:`RolloutLimits`) stops a run that goes on too long; it then counts as a failure and
+    ``stopped`` says which limit it reached. ``async def`` agents are run to completion (use
+    :func:`areplay` inside an event loop).
     """
     if is_async_agent(agent_fn):
         return run_coroutine(
@@ -992,6 +1038,7 @@ def replay(
                 tracer_provider=tracer_provider,
                 coupling=coupling,
                 stop_if_same_at=stop_if_same_at,
+                limits=limits,
             )
         )
     driver, ctx = _setup(
@@ -1005,10 +1052,9 @@ def replay(
         coupling,
         AgentContext,
         stop_if_same_at,
+        limits,
     )
-    result, error = run_agent(
-        agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=(_Rejoined,)
-    )
+    result, error = run_agent(agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=_STOP)
     return _result(driver, verifier, result, error)
 
 
@@ -1025,6 +1071,7 @@ async def areplay(
     tracer_provider: trace.TracerProvider | None = None,
     coupling: Coupling | None = None,
     stop_if_same_at: int | None = None,
+    limits: RolloutLimits | None = None,
 ) -> ReplayResult:
     """:func:`replay` for ``async def`` agents, from inside an event loop. A plain ``def``
     agent is run as :func:`replay` runs it (its context's calls are not awaitable)."""
@@ -1040,9 +1087,20 @@ async def areplay(
         coupling,
         AgentContext if plain else AsyncAgentContext,
         stop_if_same_at,
+        limits,
     )
     run = (run_agent if plain else arun_agent)(
-        agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=(_Rejoined,)
+        agent_fn, ctx, trajectory.task, pass_context=pass_context, stop=_STOP
     )
-    result, error = run if plain else await run
+    if plain:
+        result, error = run
+    elif driver.deadline is None:
+        result, error = await run
+    else:  # cancelled where it awaits once out of time
+        try:
+            result, error = await asyncio.wait_for(run, driver.deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            assert limits is not None
+            driver.stopped = driver.stopped or limits.exceeded("seconds")
+            result, error = None, None
     return _result(driver, verifier, result, error)

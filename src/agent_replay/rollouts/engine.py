@@ -10,7 +10,9 @@ seed ``r``: common random numbers across plans.
 the coupling of prefix-plan rollouts (work shared exactly, see
 :class:`~agent_replay.replay.replayer.Coupling`), an optional :class:`RolloutCache` shared by
 several analyses, a record per rollout, and the cost: rollouts, live step executions, tokens,
-exceptions, divergences.
+exceptions, divergences, rollouts stopped by their :class:`RolloutLimits` (by default
+ten times the recorded run's steps, at least 100: an intervention that sends the agent into
+a loop costs a bounded number of steps and counts as a failure).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from ..capture.run import Verifier, is_async_agent
 from ..errors import VerifierError
 from ..model import Trajectory
+from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..replay.replayer import Coupling, ReplayResult, areplay, ensure_verified, replay
 
@@ -199,6 +202,7 @@ class Cost:
     rollout_seconds: float = 0.0
     exceptions: Counter = field(default_factory=Counter)
     diverged: int = 0
+    stopped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +215,7 @@ class Cost:
             "rollout_seconds": round(self.rollout_seconds, 6),
             "exceptions": dict(self.exceptions),
             "diverged": self.diverged,
+            "stopped": self.stopped,
         }
 
 
@@ -218,7 +223,8 @@ class RolloutEngine:
     """Runs rollouts of one recorded run (see the module docstring).
 
     ``keep_records`` keeps a JSON-able record of every rollout (plan, outcome, divergence,
-    exception with traceback) in :attr:`records`.
+    exception with traceback) in :attr:`records`. ``limits`` bounds each rollout (``None``:
+    :meth:`RolloutLimits.default` for the recording; ``RolloutLimits()`` for no limit).
     """
 
     def __init__(
@@ -233,6 +239,7 @@ class RolloutEngine:
         coupling: bool = True,
         keep_records: bool = True,
         max_concurrency: int = 64,
+        limits: RolloutLimits | None = None,
     ) -> None:
         ensure_verified(trajectory)
         self.trajectory = trajectory
@@ -247,6 +254,7 @@ class RolloutEngine:
         self.cache = cache
         self.coupling = (cache.coupling if cache is not None else Coupling()) if coupling else None
         self.keep_records = keep_records
+        self.limits = RolloutLimits.default(trajectory) if limits is None else limits
         self.records: list[dict[str, Any]] = []
         self.cost = Cost()
         self._lock = threading.Lock()
@@ -317,6 +325,7 @@ class RolloutEngine:
             "verify": False,
             "coupling": self.coupling if request.coupled else None,
             "stop_if_same_at": request.plan.hold_before if request.stop_if_same else None,
+            "limits": self.limits,
         }
 
     def _account(self, result: ReplayResult) -> None:
@@ -332,6 +341,8 @@ class RolloutEngine:
                 cost.exceptions[result.exception["type"]] += 1
             if result.diverged:
                 cost.diverged += 1
+            if result.stopped is not None:
+                cost.stopped += 1
             if self.keep_records:
                 self.records.append(result.to_record())
 
