@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from agent_replay import (
     CheckpointStore,
     ReplayPlan,
+    RolloutCache,
     RolloutEngine,
     RolloutLimitExceeded,
     RolloutLimits,
@@ -98,32 +100,117 @@ def test_a_slow_loop_is_stopped_at_the_time_limit(failed_run):
     assert 0.3 <= elapsed < 5 and 5 < result.live_steps < 60
 
 
-def test_an_async_agent_stalled_in_an_await_is_cancelled_at_the_time_limit():
-    async def agent(ctx, goal, hang=True):
-        mode = await ctx.llm("decide", produce=lambda: ctx.rng.choice(["answer", "wait"]))
-        if mode == "wait" and hang:
+async def hanging_agent(ctx, goal, hang=True, on_cancel=None):
+    mode = await ctx.llm("decide", produce=lambda: ctx.rng.choice(["answer", "wait"]))
+    if mode == "wait" and hang:
+        try:
             await asyncio.sleep(3600)  # a hung connection: no step will ever start again
-        return await ctx.llm("answer", produce=lambda: "wrong", goal=goal)
+        except asyncio.CancelledError:
+            if on_cancel == "answer":  # a fallback, as a timeout wrapper would give
+                return "right"
+            if on_cancel == "convert":  # as some client libraries do
+                raise RuntimeError("upstream timed out") from None
+            raise
+    return await ctx.llm("answer", produce=lambda: "wrong", goal=goal)
 
+
+@pytest.fixture(scope="module")
+def hanging_run():
     for seed in range(100):  # (a twin that does not hang draws the same)
-        twin = asyncio.run(arecord(agent, {"goal": "g", "hang": False}, seed=seed))
+        twin = asyncio.run(arecord(hanging_agent, {"goal": "g", "hang": False}, seed=seed))
         if twin.steps[0].action == "answer":
-            run = asyncio.run(arecord(agent, {"goal": "g"}, seed=seed, verifier=is_right))
-            break
+            return asyncio.run(arecord(hanging_agent, {"goal": "g"}, seed=seed, verifier=is_right))
+    raise AssertionError("no seed gives that run")
+
+
+@pytest.mark.parametrize("on_cancel", [None, "answer", "convert"])
+def test_an_async_agent_stalled_in_an_await_is_cancelled_at_the_time_limit(hanging_run, on_cancel):
+    """Stopped whatever the agent makes of the cancellation: a fallback answer after the
+    deadline is not a run that finished in time."""
     plan = ReplayPlan().force(0, "wait")
+    limits = RolloutLimits(seconds=0.2)
+
     started = time.monotonic()
-    result = asyncio.run(
-        areplay(agent, run, plan, verifier=is_right, limits=RolloutLimits(seconds=0.2))
-    )
+    result = asyncio.run(areplay(hanging_agent_with(on_cancel), hanging_run, plan,
+                                 verifier=is_right, limits=limits))  # fmt: skip
     assert time.monotonic() - started < 5
-    assert result.stopped == "seconds" and result.failed
+    assert result.stopped == "seconds" and result.failed and result.result is None
     assert result.exception["type"] == "RolloutLimitExceeded"
     # the sync entry point runs it the same way
-    assert replay(agent, run, plan, limits=RolloutLimits(seconds=0.2)).stopped == "seconds"
+    again = replay(hanging_agent_with(on_cancel), hanging_run, plan, limits=limits)
+    assert again.stopped == "seconds"
+
+
+def hanging_agent_with(on_cancel):
+    async def agent(ctx, goal):
+        return await hanging_agent(ctx, goal, on_cancel=on_cancel)
+
+    return agent
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is Python 3.11+")
+def test_a_stop_raised_inside_a_task_group_stops_the_rollout():
+    """A TaskGroup wraps what its tasks raise in an exception group: the rollout is still
+    stopped (and the engine's own early stop of coupled rollouts still works)."""
+
+    async def agent(ctx, goal, loop=True):
+        mode = await ctx.llm("decide", produce=lambda: ctx.rng.choice(["answer", "poll"]))
+        status = None
+        while mode == "poll" and loop and status != "done":
+            async with asyncio.TaskGroup() as group:
+                a = group.create_task(ctx.tool("status_a", produce=lambda: "pending"))
+                group.create_task(ctx.tool("status_b", produce=lambda: "pending"))
+            status = a.result()
+        return await ctx.llm("answer", produce=lambda: ctx.rng.choice(["right", "wrong"]))
+
+    for seed in range(200):
+        twin = asyncio.run(arecord(agent, {"goal": "g", "loop": False}, seed=seed))
+        if twin.steps[0].action == "answer" and twin.outcome.result == "wrong":
+            run = asyncio.run(arecord(agent, {"goal": "g"}, seed=seed, verifier=is_right))
+            break
+    plan = ReplayPlan().force(0, "poll")
+    result = asyncio.run(areplay(agent, run, plan, verifier=is_right, limits=RolloutLimits(25)))
+    assert result.stopped == "steps" and result.failed
+    attributed = attribute(run, agent, is_right, rollouts=8, adaptive=False,
+                           limits=RolloutLimits(30))  # fmt: skip
+    assert attributed.cost["stopped"] > 0
+    # no limits: rollouts the coupling ends early (an internal stop) end cleanly too
+    unlimited = attribute(run, agent, is_right, rollouts=8, adaptive=False,
+                          limits=RolloutLimits(400))  # fmt: skip
+    assert unlimited.cost["rejoined_rollouts"] > 0
+
+
+def test_an_agent_that_catches_the_stop_and_retries_gets_a_new_one_each_time(failed_run):
+    """Every live step after the stop raises again, a new exception each time: an agent
+    catching ``BaseException`` in a bounded retry loop does not grow one traceback."""
+
+    def agent(ctx, goal):
+        mode = ctx.llm("decide", produce=lambda: ctx.rng.choice(["answer", "poll"]), goal=goal)
+        status = None
+        for attempt in range(2000 if mode == "poll" else 0):
+            try:
+                status = ctx.tool("status", produce=lambda: "pending", attempt=attempt)
+            except BaseException as exc:  # the point of the test
+                status = exc
+        return ctx.llm("answer", produce=lambda: str(status), goal=goal)
+
+    result = replay(agent, failed_run, ReplayPlan().force(0, "poll"), verifier=is_right,
+                    limits=RolloutLimits(25))  # fmt: skip
+    assert result.stopped == "steps" and result.failed
+    assert len(result.exception["traceback"]) < 20_000
 
 
 def test_limits_are_checked():
-    for bad in (dict(steps=0), dict(steps=True), dict(seconds=0), dict(seconds=-1.0)):
+    for bad in (
+        dict(steps=0),
+        dict(steps=True),
+        dict(steps=2.5),
+        dict(steps="100"),
+        dict(seconds=0),
+        dict(seconds=-1.0),
+        dict(seconds=float("nan")),
+        dict(seconds="1"),
+    ):
         with pytest.raises(ValueError, match="RolloutLimits"):
             RolloutLimits(**bad)
     assert RolloutLimits().describe() == "none"
@@ -166,3 +253,46 @@ def test_the_command_line_sets_the_limits(tmp_path, failed_run):
     report = json.loads(done.stdout)
     assert report["cost"]["stopped"] > 0
     assert any("12 steps" in w for w in report["warnings"])
+
+
+def test_an_async_agent_attributed_from_the_command_line(tmp_path, hanging_run):
+    """``agent-replay attribute`` runs an ``async def`` agent's rollouts on its event loop
+    (it used to call the agent from inside that loop and fail), so the time limit reaches a
+    hung await."""
+    db = tmp_path / "runs.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(hanging_run)
+    done = CliRunner().invoke(main, list(map(str, [
+        "attribute", "--db", db, "--session", hanging_run.session_id,
+        "--agent", f"{__name__}:hanging_agent", "--verifier", f"{__name__}:is_right",
+        "--rollouts", "8", "--no-save", "--json", "--rollout-timeout", "0.3",
+    ])))  # fmt: skip
+    assert done.exit_code in (0, 3), done.output
+    report = json.loads(done.stdout)
+    assert report["cost"]["stopped"] > 0
+    assert report["cost"]["limits"] == {"steps": 100, "seconds": 0.3}
+    warning = next(w for w in report["warnings"] if "ran into their limits" in w)
+    assert "the time limit counts waiting" in warning  # 64 rollouts run at once
+
+
+def test_one_cache_serves_one_set_of_limits(failed_run):
+    cache = RolloutCache()
+    RolloutEngine(failed_run, polling_agent, is_right, cache=cache, limits=RolloutLimits(30))
+    RolloutEngine(failed_run, polling_agent, is_right, cache=cache, limits=RolloutLimits(30))
+    with pytest.raises(ValueError, match="one cache per set of limits"):
+        RolloutEngine(failed_run, polling_agent, is_right, cache=cache)
+
+
+def test_a_budget_sizes_later_batches_on_the_longest_rollout_seen(failed_run):
+    """The first batch can overrun (its looping rollouts were not foreseen); after it the
+    search knows rollouts can run to the limit and stops instead of running more."""
+    result = attribute(failed_run, polling_agent, is_right, budget=500)
+    assert result.stop_reason == "budget" and result.cost["stopped"] > 0
+    assert result.cost["live_steps"] <= 500  # 642 when batches were sized on the recording
+
+
+def test_the_explanation_does_not_list_stopped_rollouts_as_agent_exceptions(failed_run):
+    result = attribute(failed_run, polling_agent, is_right, rollouts=16, adaptive=False,
+                       limits=RolloutLimits(30))  # fmt: skip
+    text = result.explain(failed_run).to_text()
+    assert "ran into their limits" in text and "RolloutLimitExceeded x" not in text

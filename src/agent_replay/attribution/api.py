@@ -214,6 +214,7 @@ def attribute(
             probe_width=min(engine.concurrency, initial_rollouts),
             min_effect=min_effect,
             fdr_method=fdr_method,
+            longest=lambda: engine.longest,
         )
         stop_reason = search.stop_reason
 
@@ -313,14 +314,24 @@ def attribute(
             "rollouts do not follow the re-draw: check the resample policy's return value "
             "(ScriptedPolicy([messages]) for a message list)"
         )
+    limits = engine.limits
     if engine.cost.stopped:
+        waited = limits.seconds is not None and engine.concurrency > 1
         warnings.append(
             f"{engine.cost.stopped} of {engine.cost.rollouts} rollouts ran into their limits "
-            f"({engine.limits.describe()}) and were stopped; they count as failures (the "
-            "agent looped or stalled under an intervention; RolloutLimits / "
-            "--max-rollout-steps and --rollout-timeout set the limits)"
+            f"({limits.describe()}) and were stopped; they count as failures: the agent "
+            "looped or stalled under an intervention"
+            + (
+                f", or waited for the other rollouts running with it ({engine.concurrency} "
+                "at a time: the time limit counts waiting)"
+                if waited
+                else ""
+            )
+            + "; raise the limits if such rollouts are legitimate (RolloutLimits, "
+            "--max-rollout-steps, --rollout-timeout)"
         )
     cost = engine.cost.to_dict()
+    cost["limits"] = {"steps": limits.steps, "seconds": limits.seconds}
     cost["seconds"] = round(time.perf_counter() - started, 6)
     cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2
     culprit_step = trajectory.steps[culprit] if culprit is not None else None

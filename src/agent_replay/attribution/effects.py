@@ -422,6 +422,7 @@ def search_effects(
     spent: Callable[[], float],
     observation_only: frozenset[int],
     probe: Probe | None = None,
+    longest: Callable[[], int] | None = None,
     probe_seeds: int = 6,
     probe_width: int = 1,
     min_effect: float = 0.0,
@@ -431,7 +432,8 @@ def search_effects(
     ``position`` (and wherever they are known to equal it) to ``profile``; ``probe(position,
     seeds)`` runs one rollout per seed whose outcome only guides the search, ``probe_width``
     of them at a time when hunting; ``spent()`` reports live step executions so far (for the
-    budget)."""
+    budget); ``longest()`` the most steps a rollout has taken so far (to size batches once
+    re-draws are seen to lengthen the run)."""
     if adaptive:
         levels = [initial_rollouts]
         while levels[-1] < max_rollouts:
@@ -441,9 +443,16 @@ def search_effects(
     looks = len(levels)
     alpha = 1.0 - confidence
 
+    def worst(position: int) -> int:
+        # a rollout from `position` re-draws the steps from there to its end: the
+        # recording's, or the longest run seen, when re-draws lengthen it (a batch is sized
+        # before any of its rollouts ran, so one that first runs longer can overrun the
+        # budget by what it ran beyond that; the rollout limits bound it)
+        end = n if longest is None else max(n, longest())
+        return max(1, end - position)
+
     def affordable(position: int, rollouts: int) -> bool:
-        # a rollout from `position` re-draws at most n - position steps
-        return budget is None or spent() + rollouts * max(1, n - position) <= budget
+        return budget is None or spent() + rollouts * worst(position) <= budget
 
     observed_cost: dict[tuple[int, bool], float] = {}
 
@@ -451,18 +460,18 @@ def search_effects(
         """Run ``missing`` seeds in chunks while the budget allows; True when all ran.
 
         A chunk is sized by what this kind of rollout cost so far, but never beyond what the
-        budget covers if every rollout in it re-drew all its ``n - position`` steps: the
-        budget is a hard cap, not a target."""
+        budget covers if every rollout in it re-drew all its steps (``worst``): the budget
+        is a cap, not a target."""
         if budget is None or position >= n:  # factual replays re-draw nothing
             run_position(position, missing, probe_same)
             return True
         key = (position, probe_same)
-        worst = n - position
+        most = worst(position)
         done = 0
         while done < len(missing):
             remaining = budget - spent()
-            per_rollout = observed_cost.get(key, worst)
-            fits = min(int(remaining // max(per_rollout, 1e-9)), int(remaining // worst))
+            per_rollout = observed_cost.get(key, most)
+            fits = min(int(remaining // max(per_rollout, 1e-9)), int(remaining // most))
             take = min(len(missing) - done, fits, 32)
             if take <= 0:
                 return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import math
 import traceback
@@ -16,6 +17,15 @@ from .context import activate, deactivate, exception_text
 __all__ = ["arun_agent", "call_agent", "is_async_agent", "judge", "run_agent", "run_coroutine"]
 
 Verifier = Callable[[Any], Any]
+
+# a stop raised inside an ``asyncio.TaskGroup`` (or ``except*`` code) comes out wrapped in a
+# group; Python 3.10 has no groups, and nothing there can wrap one
+_GROUP: type[BaseException] = getattr(builtins, "BaseExceptionGroup", ())  # type: ignore[assignment]
+
+
+def _stopped(exc: BaseException, stop: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` is a group holding one of the ``stop`` exceptions."""
+    return bool(stop) and isinstance(exc, _GROUP) and exc.subgroup(stop) is not None  # type: ignore[attr-defined]
 
 
 def is_async_agent(agent_fn: Callable[..., Any]) -> bool:
@@ -66,8 +76,12 @@ def run_agent(
         raise
     except stop:
         return None, None
-    except Exception as exc:
-        return None, exc
+    except BaseException as exc:
+        if _stopped(exc, stop):
+            return None, None
+        if isinstance(exc, Exception):
+            return None, exc
+        raise
     finally:
         deactivate(token)
 
@@ -92,8 +106,12 @@ async def arun_agent(
         raise
     except stop:
         return None, None
-    except Exception as exc:
-        return None, exc
+    except BaseException as exc:
+        if _stopped(exc, stop):
+            return None, None
+        if isinstance(exc, Exception):
+            return None, exc
+        raise
     finally:
         deactivate(token)
 

@@ -161,8 +161,8 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     default=None,
     type=click.IntRange(1),
     metavar="N",
-    help="Stop a rollout that is about to run its N-th step live; it counts as a failure "
-    "[default: 10 x the run's steps, at least 100].",
+    help="A rollout takes at most N steps; one that would run a further step live is stopped "
+    "and counts as a failure [default: 10 x the run's steps, at least 100].",
 )
 @click.option(
     "--rollout-timeout",

@@ -36,6 +36,10 @@ class RolloutProgress:
         enabled: bool | None = None,
     ) -> None:
         self.inner = AsyncExecutor() if is_async_agent(agent) else SerialExecutor()
+        # what the engine reads off its executor: an async agent's rollouts are handed over
+        # as coroutine functions (a plain function would run the agent's loop inside this one's)
+        self.runs_coroutines = getattr(self.inner, "runs_coroutines", False)
+        self.concurrency = getattr(self.inner, "concurrency", 1)
         self.label = label
         self.budget = budget
         self.stream = stream or sys.stderr

@@ -25,22 +25,27 @@ MIN_STEPS = 100
 class RolloutLimits:
     """Limits of one rollout; ``None`` is no limit.
 
-    ``steps``: a rollout is stopped when it is about to run step number ``steps`` (counted
-    from 0, served steps included) live. ``seconds``: wall-clock time from the rollout's
-    start; a plain ``def`` agent is stopped at its next live step after the deadline (code
-    that never calls the context, or one call that hangs, cannot be interrupted in Python:
-    give LLM and HTTP clients their own timeouts); an ``async def`` agent is also cancelled
-    where it awaits.
+    ``steps``: a rollout takes at most ``steps`` steps (served steps included); one that
+    would run a further step live is stopped there. ``seconds``: wall-clock time from the
+    rollout's start (waiting included: rollouts run concurrently that share a rate-limited
+    client wait for each other); a plain ``def`` agent is stopped at its next live step
+    after the deadline (code that never calls the context, or one call that hangs, cannot be
+    interrupted in Python: give LLM and HTTP clients their own timeouts); an ``async def``
+    agent is also cancelled where it awaits. An agent that catches ``BaseException`` and
+    tries again cannot be stopped at all.
     """
 
     steps: int | None = None
     seconds: float | None = None
 
     def __post_init__(self) -> None:
-        if self.steps is not None and (isinstance(self.steps, bool) or self.steps < 1):
-            raise ValueError(f"RolloutLimits.steps must be a positive integer, not {self.steps!r}")
-        if self.seconds is not None and not self.seconds > 0:
-            raise ValueError(f"RolloutLimits.seconds must be positive, not {self.seconds!r}")
+        steps, seconds = self.steps, self.seconds
+        if steps is not None and (type(steps) is bool or not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"RolloutLimits.steps must be a positive integer, not {steps!r}")
+        if seconds is not None and (
+            type(seconds) is bool or not isinstance(seconds, (int, float)) or not seconds > 0
+        ):
+            raise ValueError(f"RolloutLimits.seconds must be a positive number, not {seconds!r}")
 
     @classmethod
     def default(cls, trajectory: Trajectory) -> RolloutLimits:

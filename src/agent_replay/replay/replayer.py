@@ -475,17 +475,19 @@ class Replayer:
 
     def _within_limits(self, position: int) -> None:
         """Stop the rollout (raise inside the agent) once it reaches its limits; every live
-        step after that raises again, should the agent catch it."""
+        step after that raises again (a new exception each time, so that an agent catching
+        and retrying does not grow one traceback without end)."""
+        limits = self.limits
+        assert limits is not None
         if self.stopped is None:
-            limits = self.limits
-            assert limits is not None
             if limits.steps is not None and position >= limits.steps:
                 self.stopped = limits.exceeded("steps")
             elif self.deadline is not None and time.monotonic() >= self.deadline:
                 self.stopped = limits.exceeded("seconds")
             else:
                 return
-        raise self.stopped
+            raise self.stopped
+        raise limits.exceeded(self.stopped.reason)
 
     def _blocked(self, call: StepCall, position: int, why: str) -> SideEffectBlockedError:
         self.blocked.append(position)
@@ -1096,11 +1098,28 @@ async def areplay(
         result, error = run
     elif driver.deadline is None:
         result, error = await run
-    else:  # cancelled where it awaits once out of time
-        try:
-            result, error = await asyncio.wait_for(run, driver.deadline - time.monotonic())
-        except asyncio.TimeoutError:
-            assert limits is not None
-            driver.stopped = driver.stopped or limits.exceeded("seconds")
-            result, error = None, None
+    else:
+        result, error = await _within_deadline(driver, run)
     return _result(driver, verifier, result, error)
+
+
+async def _within_deadline(driver: Replayer, run: Any) -> tuple[Any, BaseException | None]:
+    """Await an ``async def`` agent's run, cancelling it where it awaits once the rollout is
+    out of time; it is then stopped whatever it makes of the cancellation (an agent that
+    catches it and answers has still not finished in time)."""
+    assert driver.deadline is not None and driver.limits is not None
+    task = asyncio.ensure_future(run)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=max(0.0, driver.deadline - time.monotonic()))
+    except asyncio.CancelledError:  # the caller gave up on this rollout: so does the agent
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    await asyncio.wait((task,))  # (its own cleanup may still await)
+    if not task.cancelled():
+        task.exception()  # retrieved: whatever it ended with is not the outcome
+    if driver.stopped is None:
+        driver.stopped = driver.limits.exceeded("seconds")
+    return None, None

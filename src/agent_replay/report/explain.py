@@ -459,6 +459,9 @@ def unmeasured(interval: Mapping[str, Any] | None) -> bool:
     return bool(interval) and interval["low"] <= -1.0 and interval["high"] >= 1.0
 
 
+_STOPPED = "RolloutLimitExceeded"
+
+
 def _caveats(data: Mapping[str, Any]) -> list[str]:
     out: list[str] = list(data.get("warnings") or ())
     fidelity = data.get("fidelity") or {}
@@ -470,7 +473,8 @@ def _caveats(data: Mapping[str, Any]) -> list[str]:
             f"{rate:.0%} of rollouts diverged from the recorded control flow and ran live past "
             "the divergence"
         )
-    exceptions = data.get("exceptions") or {}
+    # (rollouts stopped by their limits have a warning of their own)
+    exceptions = {k: v for k, v in (data.get("exceptions") or {}).items() if k != _STOPPED}
     if exceptions:
         out.append(
             "the agent raised in some rollouts (counted as failures): "

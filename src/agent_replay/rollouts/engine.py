@@ -148,7 +148,11 @@ class RolloutCache:
 
     Keyed by plan and seed; holds only prefix/factual plans, never Shapley coalitions (those
     must stay independent draws). Results are identical to computing each analysis alone.
+    One cache serves rollouts run under one set of :class:`RolloutLimits` (a rollout's
+    outcome depends on them): an engine with other limits is refused.
     """
+
+    limits: RolloutLimits | None = None
 
     def __init__(self) -> None:
         self._results: dict[tuple, ReplayResult] = {}
@@ -156,6 +160,17 @@ class RolloutCache:
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
+
+    def claim(self, limits: RolloutLimits) -> None:
+        """Serve rollouts run under ``limits`` (``ValueError`` if it served others)."""
+        with self._lock:
+            if self.limits is None:
+                self.limits = limits
+            elif self.limits != limits:
+                raise ValueError(
+                    f"this RolloutCache holds rollouts run under limits {self.limits}; "
+                    f"rollouts under {limits} would differ: use one cache per set of limits"
+                )
 
     @staticmethod
     def key(plan: ReplayPlan, seed: int) -> tuple:
@@ -255,8 +270,11 @@ class RolloutEngine:
         self.coupling = (cache.coupling if cache is not None else Coupling()) if coupling else None
         self.keep_records = keep_records
         self.limits = RolloutLimits.default(trajectory) if limits is None else limits
+        if cache is not None:
+            cache.claim(self.limits)
         self.records: list[dict[str, Any]] = []
         self.cost = Cost()
+        self.longest = 0  # the most steps a rollout has taken (a budget sizes batches on it)
         self._lock = threading.Lock()
 
     def run(
@@ -333,6 +351,7 @@ class RolloutEngine:
             cost = self.cost
             cost.rollouts += 1
             cost.live_steps += result.live_steps
+            self.longest = max(self.longest, len(result.positions))
             cost.tokens += result.tokens
             cost.tokens_estimated |= result.tokens_estimated
             cost.coupled_steps += result.coupled_steps
