@@ -296,3 +296,11 @@ def test_the_explanation_does_not_list_stopped_rollouts_as_agent_exceptions(fail
                        limits=RolloutLimits(30))  # fmt: skip
     text = result.explain(failed_run).to_text()
     assert "ran into their limits" in text and "RolloutLimitExceeded x" not in text
+
+
+def test_drift_counts_stopped_rollouts(failed_run):
+    from agent_replay import drift
+
+    result = drift(failed_run, polling_agent, is_right, 16, limits=RolloutLimits(30))
+    assert result.stopped > 0 and result.to_dict()["stopped"] == result.stopped
+    assert result.failure_rates[0] > 0  # a rollout that polls forever failed

@@ -45,6 +45,7 @@ class DriftResult:
     decay_step: int | None
     rollouts: int
     live_steps: int
+    stopped: int = 0  # rollouts stopped by their limits (counted as failures)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +59,7 @@ class DriftResult:
             "decay_step": self.decay_step,
             "rollouts": self.rollouts,
             "live_steps": self.live_steps,
+            "stopped": self.stopped,
         }
 
     def to_svg(self, width: int = 640, height: int = 220) -> str:
@@ -179,6 +181,7 @@ def drift(
         decay_step,
         engine.cost.rollouts,
         engine.cost.live_steps,
+        engine.cost.stopped,
     )
 
 

@@ -151,6 +151,11 @@ def drift_command(
         f"drift of {session_id} ({result.rollouts} rollouts, {result.live_steps} live "
         "step executions)"
     )
+    if result.stopped:
+        click.echo(
+            f"{result.stopped} rollouts ran into their limits and were stopped; they count as "
+            "failures (see docs/attribution.md, Rollout limits)"
+        )
     click.echo(f"{'position':>8}  {'F(p)':>6}  {'entropy':>7}")
     for position, (rate, bits) in enumerate(zip(result.failure_rates, result.entropy, strict=True)):
         click.echo(f"{position:>8}  {rate:>6.2f}  {bits:>7.2f}  " + "#" * round(bits * 20))
