@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,48 @@ def test_a_store_opened_before_fork_is_safe_in_the_children(db_path):
     results = store.verify()
     assert len(results) == 61 and all(r.ok for r in results)
     store.close()
+
+
+def test_a_thread_that_ends_takes_its_connection_with_it(db_path):
+    """A server running each request on a new thread (ThreadingHTTPServer, a per-request
+    executor, anyio's idle worker threads) used to keep one connection - two open files and
+    its page cache - per thread it ever ran, until the store was closed."""
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with CheckpointStore(db_path) as store:
+        store.save(Trajectory("main", chain_steps([StepDraft(StepKind.LLM, "x", action=0)])))
+        before = open_files()
+        for i in range(60):
+            step = StepDraft(StepKind.TOOL, "t", inputs={"i": i}, action=i)
+            worker = threading.Thread(
+                target=store.save, args=(Trajectory(f"t{i}", chain_steps([step])),)
+            )
+            worker.start()
+            worker.join()
+        assert len(store._connections) <= 2  # the main thread's and the last worker's
+        assert open_files() - before <= 4
+        # a thread still running keeps its connection, and it keeps working
+        go, done = threading.Event(), threading.Event()
+
+        def long_lived() -> None:
+            store.save(Trajectory("long-1", chain_steps([StepDraft(StepKind.LLM, "a", action=1)])))
+            go.wait(10)
+            store.save(Trajectory("long-2", chain_steps([StepDraft(StepKind.LLM, "b", action=2)])))
+            done.set()
+
+        keeper = threading.Thread(target=long_lived)
+        keeper.start()
+        for _ in range(5):  # new threads meanwhile: the sweep must not close a live one's
+            worker = threading.Thread(target=store.load, args=("main",))
+            worker.start()
+            worker.join()
+        go.set()
+        keeper.join()
+        assert done.is_set()
+        assert {"long-1", "long-2"} <= {s.session_id for s in store.list_sessions()}
+    assert all(r.ok for r in CheckpointStore(db_path, read_only=True).verify())
 
 
 # -- bad files --------------------------------------------------------------------------------

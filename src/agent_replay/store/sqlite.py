@@ -50,6 +50,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -195,6 +196,11 @@ class VerifyResult:
         }
 
 
+# connections a forked child inherited from its parent: never used, never closed (see
+# ``CheckpointStore._forget_inherited_connections``)
+_INHERITED: list[sqlite3.Connection] = []
+
+
 class CheckpointStore:
     """A SQLite file of content-addressed, hash-chained trajectories.
 
@@ -229,7 +235,8 @@ class CheckpointStore:
         self._durable = durable
         self._busy_timeout = busy_timeout
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        # every connection with the thread that opened it (closed once that thread has ended)
+        self._connections: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
@@ -275,8 +282,23 @@ class CheckpointStore:
             raise StoreError(f"{self.path}: cannot create a store there ({why})") from exc
         self._local.conn = conn
         with self._lock:
-            self._connections.append(conn)
+            # a server that runs each request on a new thread kept one open connection (two
+            # files, and its cache) per thread it ever ran, until the store was closed
+            self._close_orphans()
+            self._connections.append((weakref.ref(threading.current_thread()), conn))
         return conn
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended (under ``_lock``)."""
+        kept = []
+        for owner, conn in self._connections:
+            thread = owner()
+            if thread is not None and thread.is_alive():
+                kept.append((owner, conn))
+            else:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+        self._connections = kept
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # WAL is a property of the file, so it is switched on once, when the store is created.
@@ -297,8 +319,9 @@ class CheckpointStore:
 
     def _forget_inherited_connections(self) -> None:
         # In a forked child: the parent's connections (and lock) are the parent's. They are
-        # dropped without closing, because closing them here could checkpoint or unlink the WAL
-        # the parent is still using; this process opens its own.
+        # kept open and never used, because closing them here could checkpoint or unlink the
+        # WAL the parent is still using; this process opens its own.
+        _INHERITED.extend(conn for _, conn in self._connections)
         self._lock = threading.Lock()
         self._connections = []
         self._local = threading.local()
@@ -409,10 +432,10 @@ class CheckpointStore:
         """Close every connection this store opened (from any thread)."""
         with self._lock:
             self._closed = True
-            for conn in self._connections:
+            for _, conn in self._connections:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
-            self._connections.clear()
+            self._connections = []
         self._local = threading.local()
 
     def __enter__(self) -> CheckpointStore:
