@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -10,6 +11,7 @@ from opentelemetry import trace
 
 from .capture.recorder import arecord, record
 from .capture.run import Verifier
+from .errors import StoreError
 from .model import Trajectory
 from .store import CheckpointStore, SessionSummary, open_store
 
@@ -44,6 +46,9 @@ class Session:
 
         The trajectory is written in one transaction after the run ends, so a crash never
         leaves half a session behind. An existing session id with other content is refused.
+        When the store cannot take the run (a read-only file, a full disk, a lock held past
+        the busy timeout) the :class:`StoreError` raised carries the recorded run as its
+        ``trajectory``: save it again later, or elsewhere; the run is not lost.
         """
         trajectory = record(
             agent_fn,
@@ -56,7 +61,7 @@ class Session:
             capture_content=capture_content,
             pass_context=pass_context,
         )
-        self.store.save(trajectory, replace=False)
+        self._save(trajectory)
         return trajectory
 
     async def arecord(
@@ -71,7 +76,8 @@ class Session:
         capture_content: bool | None = None,
         pass_context: bool = True,
     ) -> Trajectory:
-        """:meth:`record` for ``async def`` agents inside an event loop."""
+        """:meth:`record` for ``async def`` agents inside an event loop (the store is written
+        from a worker thread, so a busy store does not stall the loop)."""
         trajectory = await arecord(
             agent_fn,
             task,
@@ -83,8 +89,22 @@ class Session:
             capture_content=capture_content,
             pass_context=pass_context,
         )
-        self.store.save(trajectory, replace=False)
+        # off the event loop: a store busy with another writer waits up to its busy timeout
+        await asyncio.to_thread(self._save, trajectory)
         return trajectory
+
+    def _save(self, trajectory: Trajectory) -> None:
+        try:
+            self.store.save(trajectory, replace=False)
+        except StoreError as exc:
+            exc.trajectory = trajectory  # type: ignore[attr-defined]
+            note = getattr(exc, "add_note", None)  # (Python 3.11+)
+            if note is not None:
+                note(
+                    f"the run {trajectory.session_id!r} was recorded but not stored; it is on "
+                    "this error's .trajectory (save it again later, or elsewhere)"
+                )
+            raise
 
     def load(self, session_id: str) -> Trajectory:
         return self.store.load(session_id)

@@ -1,4 +1,5 @@
 import asyncio
+import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -130,6 +131,76 @@ def test_session_stores_and_refuses_duplicates(db_path):
         assert session.load("dup") == traj
         with pytest.raises(StoreError, match="already exists"):
             session.record(agent, {"question": "other"}, session_id="dup", seed=2)
+
+
+def _hold_write_lock(db_path, seconds):
+    """Another process's writer holding the store's write lock for ``seconds``."""
+    import sqlite3
+    import threading
+
+    held = threading.Event()
+
+    def writer():
+        conn = sqlite3.connect(db_path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    held.wait(10)
+    return thread
+
+
+def test_a_run_the_store_cannot_take_is_not_lost(db_path):
+    """A lock held past the busy timeout (or a read-only file, a full disk): the error
+    carries the recorded run, which can be saved once the store takes writes again."""
+    from agent_replay import CheckpointStore
+
+    with Session(CheckpointStore(db_path, busy_timeout=0.05)) as session:
+        session.record(agent, {"question": "first"}, session_id="first")  # the store exists
+        writer = _hold_write_lock(db_path, 0.5)
+        with pytest.raises(StoreError, match="locked") as caught:
+            session.record(agent, {"question": "q"}, session_id="kept", seed=1)
+        writer.join()
+        kept = caught.value.trajectory
+        assert kept.session_id == "kept" and kept.outcome.result is not None
+        session.store.save(kept)
+        assert session.load("kept") == kept
+
+
+def test_arecord_does_not_stall_the_event_loop_while_the_store_is_busy(db_path):
+    from agent_replay import CheckpointStore
+
+    async def agent_async(ctx, question):
+        return await ctx.llm("answer", produce=lambda: question.upper(), question=question)
+
+    async def main(session):
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        beat = asyncio.ensure_future(ticker())
+        writer = _hold_write_lock(db_path, 0.6)
+        started = time.monotonic()
+        traj = await session.arecord(agent_async, {"question": "q"}, session_id="a")
+        waited = time.monotonic() - started
+        beat.cancel()
+        writer.join()
+        return traj, ticks, waited
+
+    with Session(CheckpointStore(db_path, busy_timeout=10)) as session:
+        session.record(agent, {"question": "first"}, session_id="first")
+        traj, ticks, waited = asyncio.run(main(session))
+        assert session.load("a") == traj
+    assert waited >= 0.4  # it did wait for the lock ...
+    assert ticks >= 15  # ... and the loop ran meanwhile (0 when the write blocked it)
 
 
 def test_steps_from_concurrent_threads_get_distinct_positions():
