@@ -19,7 +19,7 @@ GENERATED = next(
 )
 
 
-def shaped(i: int, attributes: int, text: int, events: int) -> NormalizedSpan:
+def shaped(i: int, attributes: int, text: int, events: int, char: str = "x") -> NormalizedSpan:
     values = {f"gen_ai.attr.{k}": f"v{k}-{i}" for k in range(1, attributes)}
     return NormalizedSpan(
         trace_id=f"{i:032x}",
@@ -28,7 +28,7 @@ def shaped(i: int, attributes: int, text: int, events: int) -> NormalizedSpan:
         parent_span_id=f"{i + 1:016x}",
         start_ns=i,
         end_ns=i + 1,
-        attributes={"gen_ai.input.messages": "x" * text + str(i), **values, "tokens": i},
+        attributes={"gen_ai.input.messages": char * text + str(i), **values, "tokens": i},
         logs=tuple(LogEvent(name="e", time_ns=i, attributes={"a": f"b{i}"}) for _ in range(events)),
     )
 
@@ -56,6 +56,13 @@ def measured(make) -> tuple[float, float]:
 )
 def test_the_estimate_is_near_the_measured_memory_of_made_spans(attributes, text, events):
     real, estimate = measured(lambda: [shaped(i, attributes, text, events) for i in range(2000)])
+    assert 0.7 < estimate / real < 1.3, (real, estimate)
+
+
+@pytest.mark.parametrize("char", ["\u4e2d", "\U0001f600"])
+def test_the_estimate_counts_the_memory_of_wide_text(char):
+    """CJK text takes two bytes a character, emoji four (the estimate counted one)."""
+    real, estimate = measured(lambda: [shaped(i, 3, 5000, 0, char) for i in range(2000)])
     assert 0.7 < estimate / real < 1.3, (real, estimate)
 
 

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -390,8 +391,10 @@ def rehome(store: CheckpointStore, trajectories: Iterable[Trajectory]) -> list[T
 # What a normalised span holds in memory, measured with tracemalloc on spans of several
 # shapes (tests/store/test_memory_estimate.py checks the estimate against it): about 640 bytes
 # of its own, 128 per attribute value (the key and value objects and the dict slot), 200 per
-# event or log record, plus the length of its text.
+# event or log record, plus the memory of its text (a str holds 1, 2 or 4 bytes a character:
+# CJK text takes twice the memory of as many ASCII characters, emoji four times).
 _SPAN_BYTES, _VALUE_BYTES, _EVENT_BYTES = 640, 128, 200
+_EMPTY_STR = sys.getsizeof("")
 
 
 def _memory_size(span: NormalizedSpan) -> int:
@@ -406,7 +409,7 @@ def _memory_size(span: NormalizedSpan) -> int:
 
 def _size(value: object) -> int:
     if type(value) is str:
-        return len(value)
+        return sys.getsizeof(value) - _EMPTY_STR
     if isinstance(value, Mapping):
         return sum(_VALUE_BYTES + _size(v) for v in value.values())
     if isinstance(value, (list, tuple)):
