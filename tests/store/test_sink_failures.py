@@ -4,6 +4,7 @@ the next flush, a bounded number of times; a trace the durable sink cannot assem
 waiting without stopping the others."""
 
 import json
+import logging
 from dataclasses import replace
 
 import pytest
@@ -207,3 +208,29 @@ def test_a_damaged_stored_session_is_kept_and_the_new_capture_saved_beside_it(db
             == steps
         )  # the damaged one kept as it was, for inspection
     assert f"session {CONV} is damaged" in caplog.text
+
+
+def test_a_repeating_error_logs_its_traceback_once(caplog):
+    """A store down for a day logged a full traceback every minute (1,400 a day); now the
+    first, and again only when the error changes, with a one-line summary between."""
+    from agent_replay.store.sink import ErrorLog
+
+    errors = ErrorLog("store captured spans", logging.getLogger("test.errorlog"))
+    errors._throttle.interval = 0.0  # every call is due, as a minute apart
+
+    def fail(message):
+        try:
+            raise OSError(message)
+        except OSError:
+            errors.record()
+
+    with caplog.at_level(logging.ERROR, logger="test.errorlog"):
+        for message in ("disk full", "disk full", "disk full", "read-only", "read-only"):
+            fail(message)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert [r.exc_info[1].args[0] for r in tracebacks] == ["disk full", "read-only"]
+    summaries = [r.getMessage() for r in caplog.records if not r.exc_info]
+    assert summaries == ["agent-replay: failed to store captured spans: OSError: disk full"] * 2 + [
+        "agent-replay: failed to store captured spans: OSError: read-only"
+    ]
+    assert errors.count == 5

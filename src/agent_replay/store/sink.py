@@ -78,13 +78,15 @@ class LogThrottle:
 class ErrorLog:
     """Counts a worker's errors and logs them without flooding the application's log: one
     that fails on every round (a deleted or full store) logs the first error with its
-    traceback and then at most one line a minute, saying how many it held back."""
+    traceback and then at most one line a minute, saying how many it held back (with a
+    traceback again only when the error is another one)."""
 
     def __init__(self, what: str, logger: logging.Logger | None = None) -> None:
         self.what = what
         self.count = 0
         self._log = logger or _log
         self._throttle = LogThrottle()
+        self._last = ""  # the error last logged with its traceback
 
     def record(self) -> None:
         """Call from an ``except`` block."""
@@ -92,7 +94,13 @@ class ErrorLog:
         held = self._throttle.due()
         if held is not None:
             suffix = f" ({held} similar errors not logged)" if held else ""
-            self._log.exception("agent-replay: failed to %s%s", self.what, suffix)
+            error = sys.exc_info()[1]
+            text = f"{type(error).__name__}: {error}"
+            if text == self._last:
+                self._log.error("agent-replay: failed to %s%s: %s", self.what, suffix, text)
+            else:
+                self._last = text
+                self._log.exception("agent-replay: failed to %s%s", self.what, suffix)
 
 
 class SpanSink:
