@@ -234,3 +234,39 @@ def test_a_repeating_error_logs_its_traceback_once(caplog):
         "agent-replay: failed to store captured spans: OSError: read-only"
     ]
     assert errors.count == 5
+
+
+def test_while_the_store_refuses_writes_a_retry_does_not_assemble_the_backlog(db_path, monkeypatch):
+    """A lock another writer holds (as a full disk or a read-only file would): a retry asks
+    the store with one small write first, and assembles the held traces only once it takes
+    them (every retry used to assemble the whole backlog, seconds of work in a long outage)."""
+    import sqlite3
+
+    import agent_replay.store.sink as sink_module
+
+    assembled = []
+    real_assemble = sink_module.assemble
+    monkeypatch.setattr(
+        sink_module,
+        "assemble",
+        lambda spans, **kw: assembled.append(len(spans)) or real_assemble(spans, **kw),
+    )
+    with CheckpointStore(db_path, busy_timeout=0.05) as store:
+        sink = SpanSink(store)
+        holder = sqlite3.connect(db_path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        for turn in TURNS:
+            sink.add(turn)
+        with pytest.raises(StoreError, match="locked"):
+            sink.flush(force=True)  # the first failure: assembled, then refused
+        assert len(assembled) == 1 and sink.store_failing
+        for _ in range(3):
+            sink._retry_at = 0.0
+            with pytest.raises(StoreError, match="locked"):
+                sink.flush()
+        assert len(assembled) == 1  # the retries did not assemble anything
+        holder.execute("ROLLBACK")
+        holder.close()
+        sink._retry_at = 0.0
+        assert sink.flush() == 1 and not sink.store_failing
+        assert len(store.load(CONV).steps) == 9 and sink.pending_spans == 0

@@ -198,6 +198,15 @@ class SpanSink:
         ]
         if not ready:
             return 0
+        if self.store_failing:
+            # ask the store before assembling everything it refused (a long outage holds
+            # tens of thousands of spans, and assembling them for every retry kept the worker
+            # busy for seconds at a time)
+            try:
+                self.store.check_writable()
+            except StoreError:
+                self._back_off()
+                raise
         taken = {trace_id: self._take(trace_id) for trace_id in ready}
         try:
             written = self._write(taken)
@@ -273,15 +282,7 @@ class SpanSink:
     def _hold(self, traces: Mapping[str, dict[str, NormalizedSpan]]) -> None:
         """Traces the store did not take: back in the buffer, not counted against them; the
         next flushes wait (doubling); the oldest held are dropped past ``hold_bytes``."""
-        if not self._retry_delay:
-            _log.warning(
-                "agent-replay: the store %s does not take writes; holding traces until it does",
-                self.store.path,
-            )
-        self._retry_delay = min(
-            self.MAX_RETRY_SECONDS, max(self.retry_seconds, 2 * self._retry_delay)
-        )
-        self._retry_at = time.monotonic() + self._retry_delay
+        self._back_off()
         for trace_id, trace in traces.items():
             self._unwritten(trace_id, trace)
             self._held[trace_id] = sum(map(_memory_size, self._pending[trace_id].values()))
@@ -292,6 +293,18 @@ class SpanSink:
             self._drop(trace_id, self._pending.pop(trace_id, {}), "held past the memory bound")
             self._complete.discard(trace_id)
             self._touched.pop(trace_id, None)
+
+    def _back_off(self) -> None:
+        """The store refused a write: the next flushes wait, doubling the wait each time."""
+        if not self._retry_delay:
+            _log.warning(
+                "agent-replay: the store %s does not take writes; holding traces until it does",
+                self.store.path,
+            )
+        self._retry_delay = min(
+            self.MAX_RETRY_SECONDS, max(self.retry_seconds, 2 * self._retry_delay)
+        )
+        self._retry_at = time.monotonic() + self._retry_delay
 
     def _stored(self) -> None:
         """A write went through: the store is back, if it was away."""

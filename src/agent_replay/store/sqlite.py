@@ -508,6 +508,13 @@ class CheckpointStore:
                     "read it again"
                 )
 
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` unless the store takes a write now: one small write that
+        changes nothing, committed (a read-only or full store, a lock held past the busy
+        timeout, a file deleted while open all fail it as a real write would)."""
+        with self._sqlite_errors("write"), self._transaction() as conn:
+            conn.execute("UPDATE meta SET value=value WHERE key='schema_version'")
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
