@@ -645,6 +645,11 @@ class DurableSpanSink:
         self.orphan_logs = 0  # log records assembled without their span
         self.failed_traces: dict[str, str] = {}  # trace id → why it could not be assembled
         self._attempts: dict[str, int] = {}
+        if not store.read_only:
+            try:
+                store.index_pending()
+            except StoreError:  # (slower without them; the next start tries again)
+                _log.warning("agent-replay: could not index %s's pending spans", store.path)
 
     def add(
         self, spans: Sequence[NormalizedSpan], logs: Sequence[LogEvent] = ()
