@@ -147,3 +147,15 @@ def test_a_connection_waiting_for_its_body_can_make_room_for_a_new_one(server):
     assert get(served).text == "ok"
     assert slow.recv(1) == b""  # shut to make room
     slow.close()
+
+
+def test_a_malformed_or_cut_off_request_head_is_a_bad_request(server):
+    """A header line without its colon (what is left of a head whose client closed in the
+    middle of it) was read as a request without those headers, and the receiver counted a
+    cut connection as an unsupported media type."""
+    served = server()
+    with socket.create_connection(served.server_address, timeout=5) as conn:
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le\r\n\r\n")
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400") and b"incomplete or malformed" in answer
+    assert get(served).text == "ok"  # and it keeps serving

@@ -166,6 +166,12 @@ class GuardedHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_error(421, "Misdirected Request", "this server answers its own address only")
             return False
+        if parsed and self.headers.defects:
+            # a header line without its colon: a malformed head, or one cut off by a client
+            # that closed mid-way (it was read as a request without those headers)
+            self.close_connection = True
+            self.send_error(400, "Bad Request", "the request head is incomplete or malformed")
+            return False
         return parsed
 
     def read_paced(self, size: int, received: int, *, line: bool = False) -> bytes:
