@@ -97,7 +97,8 @@ def test_durable_sink_waits_for_the_root_then_assembles_and_dedups(db_path):
         assert len(store.load(TRACE).steps) == 3
 
 
-def test_late_logs_join_their_span_and_unjoinable_logs_are_counted(db_path):
+def chat_and_its_details() -> tuple[NormalizedSpan, LogEvent]:
+    """A chat span (span 2 under the agent span 1) and the log record holding its output."""
     chat = span(2, 1, **{"gen_ai.operation.name": "chat"})
     details = LogEvent(
         "gen_ai.client.inference.operation.details",
@@ -106,6 +107,11 @@ def test_late_logs_join_their_span_and_unjoinable_logs_are_counted(db_path):
         trace_id=TRACE,
         span_id=f"{2:016x}",
     )
+    return chat, details
+
+
+def test_late_logs_join_their_span_and_unjoinable_logs_are_counted(db_path):
+    chat, details = chat_and_its_details()
     with CheckpointStore(db_path) as store:
         sink = DurableSpanSink(store, idle_seconds=3600)
         sink.add([agent(), chat])
@@ -296,14 +302,7 @@ def test_log_records_wait_apart_until_their_trace_has_a_span(db_path):
     """Records whose span never reaches this receiver (head-sampled traces, a logs pipeline
     not split like the traces one) are not read by every look for ready traces; the first
     span of their trace brings them back, and they join it."""
-    chat = span(2, 1, **{"gen_ai.operation.name": "chat"})
-    details = LogEvent(
-        "gen_ai.client.inference.operation.details",
-        5,
-        {"gen_ai.output.messages": CALL},
-        trace_id=TRACE,
-        span_id=f"{2:016x}",
-    )
+    chat, details = chat_and_its_details()
     orphan = LogEvent("x", 1, {"a": 1}, trace_id="8" * 32, span_id="1" * 16)
     with CheckpointStore(db_path) as store:
         sink = DurableSpanSink(store, idle_seconds=0)

@@ -23,9 +23,17 @@ Verifier = Callable[[Any], Any]
 _GROUP: type[BaseException] = getattr(builtins, "BaseExceptionGroup", ())  # type: ignore[assignment]
 
 
-def _stopped(exc: BaseException, stop: tuple[type[BaseException], ...]) -> bool:
-    """Whether ``exc`` is a group holding one of the ``stop`` exceptions."""
-    return bool(stop) and isinstance(exc, _GROUP) and exc.subgroup(stop) is not None  # type: ignore[attr-defined]
+def _ended(
+    exc: BaseException, stop: tuple[type[BaseException], ...]
+) -> tuple[Any, BaseException | None]:
+    """What a run that raised ``exc`` ends with: nothing for a ``stop`` exception in a group
+    (the bare ones are caught before), the error for an ``Exception``; anything else (a
+    ``KeyboardInterrupt``) propagates."""
+    if stop and isinstance(exc, _GROUP) and exc.subgroup(stop) is not None:  # type: ignore[attr-defined]
+        return None, None
+    if isinstance(exc, Exception):
+        return None, exc
+    raise exc
 
 
 def is_async_agent(agent_fn: Callable[..., Any]) -> bool:
@@ -77,11 +85,7 @@ def run_agent(
     except stop:
         return None, None
     except BaseException as exc:
-        if _stopped(exc, stop):
-            return None, None
-        if isinstance(exc, Exception):
-            return None, exc
-        raise
+        return _ended(exc, stop)
     finally:
         deactivate(token)
 
@@ -107,11 +111,7 @@ async def arun_agent(
     except stop:
         return None, None
     except BaseException as exc:
-        if _stopped(exc, stop):
-            return None, None
-        if isinstance(exc, Exception):
-            return None, exc
-        raise
+        return _ended(exc, stop)
     finally:
         deactivate(token)
 
