@@ -304,3 +304,13 @@ def test_drift_counts_stopped_rollouts(failed_run):
     result = drift(failed_run, polling_agent, is_right, 16, limits=RolloutLimits(30))
     assert result.stopped > 0 and result.to_dict()["stopped"] == result.stopped
     assert result.failure_rates[0] > 0  # a rollout that polls forever failed
+
+
+def test_aggregate_counts_stopped_rollouts(failed_run):
+    from agent_replay import aggregate_runs
+
+    result = aggregate_runs([failed_run], polling_agent, is_right, rollouts=16, adaptive=False,
+                            limits=RolloutLimits(30))  # fmt: skip
+    assert result.stopped_rollouts == result.results[0].cost["stopped"] > 0
+    assert result.to_dict()["stopped_rollouts"] == result.stopped_rollouts
+    assert "ran into their limits" in result.to_text()

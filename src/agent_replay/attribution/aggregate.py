@@ -68,6 +68,11 @@ class AggregateResult:
     results: tuple[AttributionResult, ...]
     skipped: tuple[str, ...]
 
+    @property
+    def stopped_rollouts(self) -> int:
+        """Rollouts of all the runs stopped by their limits (counted as failures)."""
+        return sum(int(r.cost.get("stopped", 0)) for r in self.results)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "runs": self.runs,
@@ -75,6 +80,7 @@ class AggregateResult:
             "systematic_culprit": self.systematic_culprit,
             "steps": [s.to_dict() for s in self.steps],
             "skipped": list(self.skipped),
+            "stopped_rollouts": self.stopped_rollouts,
         }
 
     def to_text(self) -> str:
@@ -106,6 +112,11 @@ class AggregateResult:
             "  (a step's effect is measured alone only in the runs where the search isolated "
             "it, mostly where it mattered: the mean is over those runs, not all)"
         )
+        if self.stopped_rollouts:
+            lines.append(
+                f"  ({self.stopped_rollouts} rollouts ran into their limits and were stopped; "
+                "they count as failures: see each run's warnings)"
+            )
         return "\n".join(lines)
 
 
