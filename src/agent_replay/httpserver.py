@@ -25,6 +25,7 @@ Handlers derive from :class:`GuardedHandler`.
 from __future__ import annotations
 
 import contextlib
+import email.errors
 import ipaddress
 import socket
 import threading
@@ -144,6 +145,14 @@ class GuardedHTTPServer(ThreadingHTTPServer):
         return name in _LOOPBACK_NAMES or _is_loopback(name)
 
 
+# what the head's parser reports for a header line without its colon (other defects, of a
+# multipart body's declared shape say, are no concern of the head)
+_BROKEN_HEAD = (
+    email.errors.MissingHeaderBodySeparatorDefect,
+    email.errors.FirstHeaderLineIsContinuationDefect,
+)
+
+
 class GuardedHandler(BaseHTTPRequestHandler):
     """A request handler of a :class:`GuardedHTTPServer` (see there)."""
 
@@ -166,7 +175,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_error(421, "Misdirected Request", "this server answers its own address only")
             return False
-        if parsed and self.headers.defects:
+        if parsed and any(isinstance(d, _BROKEN_HEAD) for d in self.headers.defects):
             # a header line without its colon: a malformed head, or one cut off by a client
             # that closed mid-way (it was read as a request without those headers)
             self.close_connection = True

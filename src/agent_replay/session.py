@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,6 +17,8 @@ from .model import Trajectory
 from .store import CheckpointStore, SessionSummary, open_store
 
 __all__ = ["Session"]
+
+_log = logging.getLogger("agent_replay")
 
 
 class Session:
@@ -89,8 +92,21 @@ class Session:
             capture_content=capture_content,
             pass_context=pass_context,
         )
-        # off the event loop: a store busy with another writer waits up to its busy timeout
-        await asyncio.to_thread(self._save, trajectory)
+        # off the event loop: a store busy with another writer waits up to its busy timeout;
+        # cancelled meanwhile, it still waits for the save to end (the run is stored, and the
+        # store is not closed under a save still running)
+        save = asyncio.ensure_future(asyncio.to_thread(self._save, trajectory))
+        try:
+            await asyncio.shield(save)
+        except asyncio.CancelledError:
+            await asyncio.wait((save,))
+            if not save.cancelled() and save.exception() is not None:
+                _log.warning(
+                    "agent-replay: run %s was recorded but not stored: %s",
+                    trajectory.session_id,
+                    save.exception(),
+                )
+            raise
         return trajectory
 
     def _save(self, trajectory: Trajectory) -> None:

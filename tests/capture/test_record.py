@@ -241,3 +241,26 @@ def test_unencodable_result_is_kept_as_its_repr():
     assert traj.metadata["result_repr"] is True
     traj.verify()
     assert traj.digest  # storable now
+
+
+def test_arecord_cancelled_while_the_store_is_busy_still_stores_the_run(db_path):
+    """A caller's timeout around arecord used to abandon the save in its thread; leaving the
+    Session then closed the store under it (a crash, or the run silently lost)."""
+    from agent_replay import CheckpointStore
+
+    async def agent_async(ctx, question):
+        return await ctx.llm("answer", produce=lambda: question.upper(), question=question)
+
+    async def main(session):
+        writer = _hold_write_lock(db_path, 0.6)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                session.arecord(agent_async, {"question": "q"}, session_id="late"), 0.2
+            )
+        writer.join()
+
+    with Session(CheckpointStore(db_path, busy_timeout=10)) as session:
+        session.record(agent, {"question": "first"}, session_id="first")
+        asyncio.run(main(session))
+    with CheckpointStore(db_path, read_only=True) as store:
+        assert store.load("late").outcome.result == "Q"

@@ -270,3 +270,42 @@ def test_while_the_store_refuses_writes_a_retry_does_not_assemble_the_backlog(db
         sink._retry_at = 0.0
         assert sink.flush() == 1 and not sink.store_failing
         assert len(store.load(CONV).steps) == 9 and sink.pending_spans == 0
+
+
+def test_traces_arriving_while_the_store_is_down_stay_within_hold_bytes(db_path):
+    """The retry's check of the store must hold what it did not write as a failed write
+    does: within hold_bytes, the oldest dropped (they piled up without bound)."""
+    import sqlite3
+
+    from agent_replay.mapping.spans import NormalizedSpan
+    from agent_replay.store.sink import _memory_size
+
+    def trace(i):
+        t = f"{i:032x}"
+        root = NormalizedSpan(
+            trace_id=t, span_id="1" * 16, name="agent", parent_span_id=None, start_ns=1,
+            end_ns=3, attributes={"gen_ai.operation.name": "invoke_agent"},
+        )  # fmt: skip
+        tool = NormalizedSpan(
+            trace_id=t, span_id="2" * 16, name="tool", parent_span_id="1" * 16, start_ns=2,
+            end_ns=3, attributes={"gen_ai.tool.name": "t", "gen_ai.tool.call.result": "x" * 20000},
+        )  # fmt: skip
+        return [root, tool]
+
+    with CheckpointStore(db_path, busy_timeout=0.01) as store:
+        blocker = sqlite3.connect(db_path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # every write fails
+        sink = SpanSink(store, hold_bytes=200_000, retry_seconds=0.001)
+        for i in range(100):
+            sink.add(trace(i))
+            sink._retry_at = 0.0
+            with pytest.raises(StoreError):
+                sink.flush()
+        held = sum(_memory_size(s) for t in sink._pending.values() for s in t.values())
+        assert held <= 200_000 + 25_000 and sink.dropped_traces >= 85
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        sink._retry_at = 0.0
+        kept = len(sink._pending)
+        assert sink.flush() == kept and sink.pending_spans == 0 and not sink.store_failing
+        assert len(store.session_ids()) == kept == 100 - sink.dropped_traces

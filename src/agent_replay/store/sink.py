@@ -204,8 +204,8 @@ class SpanSink:
             # busy for seconds at a time)
             try:
                 self.store.check_writable()
-            except StoreError:
-                self._back_off()
+            except StoreError:  # held, as a refused write holds them (within hold_bytes)
+                self._hold({t: self._take(t) for t in ready if t not in self._held})
                 raise
         taken = {trace_id: self._take(trace_id) for trace_id in ready}
         try:

@@ -207,11 +207,6 @@ class VerifyResult:
         }
 
 
-# connections a forked child inherited from its parent: never used, never closed (see
-# ``CheckpointStore._forget_inherited_connections``)
-_INHERITED: list[sqlite3.Connection] = []
-
-
 class CheckpointStore:
     """A SQLite file of content-addressed, hash-chained trajectories.
 
@@ -330,9 +325,14 @@ class CheckpointStore:
 
     def _forget_inherited_connections(self) -> None:
         # In a forked child: the parent's connections (and lock) are the parent's. They are
-        # kept open and never used, because closing them here could checkpoint or unlink the
-        # WAL the parent is still using; this process opens its own.
-        _INHERITED.extend(conn for _, conn in self._connections)
+        # closed here, before this process opens its own: kept open, SQLite's per-process
+        # lock bookkeeping they carry made the child's own connections take no file lock,
+        # and the parent, closing its last connection, checkpointed and deleted the WAL the
+        # child was writing to (its sessions vanished). Closing them cannot remove the WAL
+        # from under the parent, which holds its own lock on it.
+        for _, conn in self._connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
         self._lock = threading.Lock()
         self._connections = []
         self._local = threading.local()
@@ -440,12 +440,18 @@ class CheckpointStore:
         return app_id, tables >= _TABLES, version
 
     def close(self) -> None:
-        """Close every connection this store opened (from any thread)."""
+        """Close every connection this store opened (from any thread). A connection another
+        thread may be using right now is not closed under it (that crashed the process): it
+        is let go, and closes when that thread is done with it; the store refuses every
+        call after this one."""
+        me = threading.current_thread()
         with self._lock:
             self._closed = True
-            for _, conn in self._connections:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
+            for owner, conn in self._connections:
+                thread = owner()
+                if thread is None or thread is me or not thread.is_alive():
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
             self._connections = []
         self._local = threading.local()
 
@@ -520,11 +526,14 @@ class CheckpointStore:
                 )
 
     def check_writable(self) -> None:
-        """Raise :class:`StoreError` unless the store takes a write now: one small write that
-        changes nothing, committed (a read-only or full store, a lock held past the busy
-        timeout, a file deleted while open all fail it as a real write would)."""
+        """Raise :class:`StoreError` unless the store takes a write now: a row written and
+        removed again, committed (a page is written: a full file system, a read-only store,
+        a lock held past the busy timeout, a file deleted while open fail it as a real write
+        would; a write-ahead log with room left can still take it when a large write would
+        not fit)."""
         with self._sqlite_errors("write"), self._transaction() as conn:
-            conn.execute("UPDATE meta SET value=value WHERE key='schema_version'")
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('write_check', '')")
+            conn.execute("DELETE FROM meta WHERE key='write_check'")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
