@@ -442,8 +442,8 @@ class CheckpointStore:
     def close(self) -> None:
         """Close every connection this store opened (from any thread). A connection another
         thread may be using right now is not closed under it (that crashed the process): it
-        is let go, and closes when that thread is done with it; the store refuses every
-        call after this one."""
+        is let go, and closes once that thread is done with it and the garbage collector
+        frees it; the store refuses every call after this one."""
         me = threading.current_thread()
         with self._lock:
             self._closed = True
