@@ -314,3 +314,34 @@ def test_aggregate_counts_stopped_rollouts(failed_run):
     assert result.stopped_rollouts == result.results[0].cost["stopped"] > 0
     assert result.to_dict()["stopped_rollouts"] == result.stopped_rollouts
     assert "ran into their limits" in result.to_text()
+
+
+def test_drift_and_aggregate_take_the_limits_on_the_command_line(tmp_path, failed_run):
+    db = tmp_path / "runs.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(failed_run)
+    common = ["--db", db, "--agent", f"{__name__}:polling_agent",
+              "--verifier", f"{__name__}:is_right", "--json"]  # fmt: skip
+    runner = CliRunner()
+    drifted = runner.invoke(main, list(map(str, [
+        "drift", "--session", failed_run.session_id, "--rollouts", "8", *common,
+        "--max-rollout-steps", "12",
+    ])))  # fmt: skip
+    assert drifted.exit_code == 0, drifted.output
+    assert json.loads(drifted.stdout)["stopped"] > 0
+    pooled = runner.invoke(main, list(map(str, [
+        "aggregate", "--rollouts", "8", *common, "--max-rollout-steps", "12",
+    ])))  # fmt: skip
+    assert pooled.exit_code == 0, pooled.output
+    assert json.loads(pooled.stdout)["stopped_rollouts"] > 0
+    refused = runner.invoke(main, list(map(str, ["drift", "--session", "x", *common,
+                                                 "--rollout-timeout", "-1"])))  # fmt: skip
+    assert refused.exit_code == 2
+
+
+def test_a_timeout_alone_keeps_the_default_step_limit(failed_run):
+    from agent_replay.cli.common import rollout_limits
+
+    assert rollout_limits([failed_run], None, None) is None
+    assert rollout_limits([failed_run], None, 2.5) == RolloutLimits(100, 2.5)
+    assert rollout_limits([failed_run], 7, None) == RolloutLimits(7)

@@ -14,6 +14,7 @@ from .common import (
     echo_json,
     friendly_errors,
     json_option,
+    limits_options,
     load_entrypoint,
     load_optional,
     open_store,
@@ -22,6 +23,7 @@ from .common import (
     policy_option,
     required_verifier_option,
     resolve_agent,
+    rollout_limits,
     session_option,
     write_text,
 )
@@ -45,6 +47,7 @@ from .common import (
     type=click.IntRange(1),
     help="Cap on live step executions per run (each is one LLM or tool call in real life).",
 )
+@limits_options
 @json_option
 def aggregate_command(
     db: Path,
@@ -54,6 +57,8 @@ def aggregate_command(
     search: str | None,
     rollouts: int | None,
     budget: int | None,
+    max_rollout_steps: int | None,
+    rollout_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Attribute every failing session and rank step names by how often they are to blame."""
@@ -78,7 +83,13 @@ def aggregate_command(
                 return resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
 
             result = aggregate_runs(
-                trajectories, None, verifier, agent_for=agent_for, rollouts=rollouts, budget=budget
+                trajectories,
+                None,
+                verifier,
+                agent_for=agent_for,
+                rollouts=rollouts,
+                budget=budget,
+                limits=rollout_limits(trajectories, max_rollout_steps, rollout_timeout),
             )
     if as_json:
         echo_json({**result.to_dict(), "passed_sessions": passed})
@@ -115,6 +126,7 @@ def aggregate_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the drift curve as a standalone HTML file.",
 )
+@limits_options
 @json_option
 def drift_command(
     db: Path,
@@ -125,6 +137,8 @@ def drift_command(
     scorer_spec: str | None,
     rollouts: int,
     out_path: Path | None,
+    max_rollout_steps: int | None,
+    rollout_timeout: float | None,
     as_json: bool,
 ) -> None:
     """How open the run's fate was at each step, and where it sealed."""
@@ -138,7 +152,8 @@ def drift_command(
     with friendly_errors(), open_store(db, read_only=True) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
-        result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer)
+        limits = rollout_limits([trajectory], max_rollout_steps, rollout_timeout)
+        result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer, limits=limits)
     if to_stdout:
         click.echo(result.render_html(), nl=False)
         return

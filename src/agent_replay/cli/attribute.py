@@ -18,6 +18,7 @@ from .common import (
     agent_option,
     db_option,
     friendly_errors,
+    limits_options,
     load_entrypoint,
     open_store,
     output_dir,
@@ -25,6 +26,7 @@ from .common import (
     policy_option,
     required_verifier_option,
     resolve_agent,
+    rollout_limits,
     session_option,
     write_text,
 )
@@ -156,21 +158,7 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     type=click.FloatRange(0.5, 1, min_open=True, max_open=True),
     help="Confidence level of the intervals, strictly between 0.5 and 1.",
 )
-@click.option(
-    "--max-rollout-steps",
-    default=None,
-    type=click.IntRange(1),
-    metavar="N",
-    help="A rollout takes at most N steps; one that would run a further step live is stopped "
-    "and counts as a failure [default: 10 x the run's steps, at least 100].",
-)
-@click.option(
-    "--rollout-timeout",
-    default=None,
-    type=click.FloatRange(0, min_open=True),
-    metavar="SECONDS",
-    help="Stop a rollout that runs longer than this; it counts as a failure [default: none].",
-)
+@limits_options
 @click.option(
     "--out",
     "out_prefix",
@@ -221,7 +209,6 @@ def attribute_command(
     explanation; the report is kept in DB.reports/ for `agent-replay serve`.
     """
     from ..attribution import attribute
-    from ..replay import RolloutLimits
 
     verifier = load_entrypoint(verifier_spec, "--verifier")
     if otlp_url is not None and not otlp_url.startswith(("http://", "https://")):
@@ -250,8 +237,7 @@ def attribute_command(
     with friendly_errors(), open_store(db) as store:
         trajectory = store.load(session_id)
         agent = resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
-    limits = RolloutLimits.default(trajectory)
-    limits = RolloutLimits(max_rollout_steps or limits.steps, rollout_timeout)
+    limits = rollout_limits([trajectory], max_rollout_steps, rollout_timeout)
     progress = RolloutProgress(agent, budget=budget)
     # friendly_errors turns SuccessfulRunError ("this run passed; use --mode credit") and the
     # other package errors into one-line messages with exit code 1

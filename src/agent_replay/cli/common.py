@@ -14,6 +14,8 @@ from typing import Any
 import click
 
 from ..errors import AgentReplayError
+from ..model import Trajectory
+from ..replay.limits import RolloutLimits
 from ..report._data import clip
 from ..store import CheckpointStore
 
@@ -150,6 +152,38 @@ policy_option = click.option(
 session_option = click.option(
     "--session", "session_id", required=True, help="Session id (see `agent-replay sessions`)."
 )
+
+
+def limits_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--max-rollout-steps`` and ``--rollout-timeout`` (see :func:`rollout_limits`)."""
+    command = click.option(
+        "--rollout-timeout",
+        default=None,
+        type=click.FloatRange(0, min_open=True),
+        metavar="SECONDS",
+        help="Stop a rollout that runs longer than this; it counts as a failure [default: none].",
+    )(command)
+    return click.option(
+        "--max-rollout-steps",
+        default=None,
+        type=click.IntRange(1),
+        metavar="N",
+        help="A rollout takes at most N steps; one that would run a further step live is "
+        "stopped and counts as a failure [default: 10 x the run's steps, at least 100].",
+    )(command)
+
+
+def rollout_limits(
+    trajectories: Sequence[Trajectory], max_steps: int | None, timeout: float | None
+) -> RolloutLimits | None:
+    """The limits the options ask for: ``None`` (each run's default) when neither is given;
+    a timeout alone keeps the default steps of the longest run."""
+    if max_steps is None and timeout is None:
+        return None
+    if max_steps is None:
+        longest = max(trajectories, key=lambda t: len(t.steps))
+        max_steps = RolloutLimits.default(longest).steps
+    return RolloutLimits(max_steps, timeout)
 
 
 def parse_json_arg(text: str | None, what: str) -> Any:
