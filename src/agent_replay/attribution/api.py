@@ -314,12 +314,12 @@ def attribute(
             "rollouts do not follow the re-draw: check the resample policy's return value "
             "(ScriptedPolicy([messages]) for a message list)"
         )
-    limits = engine.limits
+    in_force = engine.limits
     if engine.cost.stopped:
-        waited = limits.seconds is not None and engine.concurrency > 1
+        waited = in_force.seconds is not None and engine.concurrency > 1
         warnings.append(
             f"{engine.cost.stopped} of {engine.cost.rollouts} rollouts ran into their limits "
-            f"({limits.describe()}) and were stopped; they count as failures: the agent "
+            f"({in_force.describe()}) and were stopped; they count as failures: the agent "
             "looped or stalled under an intervention"
             + (
                 f", or waited for the other rollouts running with it ({engine.concurrency} "
@@ -331,7 +331,7 @@ def attribute(
             "--max-rollout-steps, --rollout-timeout)"
         )
     cost = engine.cost.to_dict()
-    cost["limits"] = {"steps": limits.steps, "seconds": limits.seconds}
+    cost["limits"] = {"steps": in_force.steps, "seconds": in_force.seconds}
     cost["seconds"] = round(time.perf_counter() - started, 6)
     cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2
     culprit_step = trajectory.steps[culprit] if culprit is not None else None

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import RolloutLimitExceeded
 from ..model import Trajectory
 from ._data import (
     as_report,
@@ -459,7 +460,7 @@ def unmeasured(interval: Mapping[str, Any] | None) -> bool:
     return bool(interval) and interval["low"] <= -1.0 and interval["high"] >= 1.0
 
 
-_STOPPED = "RolloutLimitExceeded"
+_STOPPED = RolloutLimitExceeded.__qualname__  # (as the cost counts exceptions)
 
 
 def _caveats(data: Mapping[str, Any]) -> list[str]:

@@ -135,11 +135,15 @@ CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces(session_id);
 # store when it starts. Without them, the purge and every look for traces ready to assemble
 # read the whole tables, span data included (the purge, under the write lock every minute:
 # 0.55 s at 100k spans of 4 kB, 1.2 s at 150k).
-_PENDING_INDEXES = """
-CREATE INDEX IF NOT EXISTS pending_spans_received ON pending_spans(received_ns);
-CREATE INDEX IF NOT EXISTS pending_logs_received ON pending_logs(received_ns);
-CREATE INDEX IF NOT EXISTS pending_logs_waiting ON pending_logs(state, trace_id, received_ns);
-"""
+_PENDING_INDEXES = {
+    "pending_spans_received": "pending_spans(received_ns)",
+    "pending_logs_received": "pending_logs(received_ns)",
+    "pending_logs_waiting": "pending_logs(state, trace_id, received_ns)",
+}
+_PENDING_INDEX_SQL = "".join(
+    f"CREATE INDEX IF NOT EXISTS {name} ON {columns};\n"
+    for name, columns in _PENDING_INDEXES.items()
+)
 
 _TABLES = frozenset({"meta", "blobs", "steps", "sessions"})
 
@@ -380,7 +384,7 @@ class CheckpointStore:
             conn.execute("BEGIN IMMEDIATE")
             # again under the write lock: another process may have won
             version = self._inspect(conn)[2]
-            for statement in (_SCHEMA + _PENDING_INDEXES).strip().split(";"):
+            for statement in (_SCHEMA + _PENDING_INDEX_SQL).strip().split(";"):
                 if statement.strip():
                     conn.execute(statement)
             if version < 3:  # migration → 3: the table above indexes the stored sessions
@@ -776,15 +780,12 @@ class CheckpointStore:
     def index_pending(self) -> None:
         """Add the pending tables' indexes to a store made before they existed (a one-time
         cost on a large table; nothing when they are there)."""
-        conn = self._conn()
-        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type='index'")
-        names = {row[0] for row in indexes}
-        statements = [s for s in _PENDING_INDEXES.strip().split(";") if s.strip()]
-        if all(s.split()[5] in names for s in statements):
+        indexes = self._conn().execute("SELECT name FROM sqlite_master WHERE type='index'")
+        if {row[0] for row in indexes} >= _PENDING_INDEXES.keys():
             return
         with self._sqlite_errors("index pending spans"), self._transaction() as conn:
-            for statement in statements:
-                conn.execute(statement)
+            for name, columns in _PENDING_INDEXES.items():
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {columns}")
 
     def purge_pending(self, *, older_than_ns: int) -> int:
         """Forget assembled spans (and log records that never found their span) received
