@@ -109,3 +109,33 @@ def test_a_conversation_seals_to_the_same_bytes_with_and_without_the_memo():
         assert alone == step
         prev = step.step_hash
     Trajectory("s", chained).verify()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"agent": "other"},
+        {"agent": None},
+        {"attributes": {"requested_by": 0, "tool_call_id": "c"}},
+        {"agent": "other", "attributes": {"x": True}},
+    ],
+)
+def test_a_step_placed_elsewhere_is_the_step_its_changed_draft_seals_to(change):
+    """Merging re-places stored steps (index, link, agent, links to other steps) instead of
+    sealing their drafts again: the result must be the same step, byte for byte."""
+    step = chain_steps(drafts())[1]
+    draft = dataclasses.replace(step.draft(), **change)
+    sealed = Step.seal(draft, 5, "ab" * 32)
+    placed = step.placed(5, "ab" * 32, change.get("attributes"), change.get("agent", step.agent))
+    assert placed == sealed and placed.header_bytes == sealed.header_bytes
+    assert placed.step_hash == sealed.step_hash != step.step_hash
+
+
+def test_placing_a_step_where_it_is_returns_it():
+    step = chain_steps(drafts())[2]
+    assert step.placed(step.index, step.prev_hash) is step
+    assert step.placed(step.index, step.prev_hash, step.attributes, step.agent) is step
+    # an equal value of another type is another step: its header encodes differently
+    moved = step.placed(step.index, step.prev_hash, {**step.attributes, "n": 1})
+    assert moved.placed(moved.index, moved.prev_hash, {"n": True}).step_hash != moved.step_hash

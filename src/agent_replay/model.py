@@ -24,6 +24,7 @@ from .errors import CanonicalEncodingError, ChainIntegrityError
 __all__ = [
     "FAILURE_THRESHOLD",
     "GENESIS_HASH",
+    "NOT_LOADED",
     "Continuation",
     "Lineage",
     "Outcome",
@@ -62,6 +63,29 @@ class StepKind(str, enum.Enum):
             return cls(str(value).lower())
         except ValueError:
             return cls.SPAN
+
+
+class _NotLoaded:
+    """The ``inputs`` of a step loaded without them (``CheckpointStore.load(...,
+    inputs=False)``): stored, but neither read nor decoded. Such a step can be placed
+    elsewhere in a chain and saved again; anything that needs the value (sealing, replay,
+    :meth:`Step.check`) fails on it, since it cannot be encoded."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<inputs not loaded>"
+
+
+NOT_LOADED: Any = _NotLoaded()
+"""See :class:`_NotLoaded`."""
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+_KEEP = _Keep.KEEP  # Step.placed: the step's own agent
 
 
 @dataclass
@@ -196,19 +220,32 @@ class Step:
         return step
 
     def placed(
-        self, index: int, prev_hash: str, attributes: Mapping[str, Any] | None = None
+        self,
+        index: int,
+        prev_hash: str,
+        attributes: Mapping[str, Any] | None = None,
+        agent: str | _Keep | None = _KEEP,
     ) -> Step:
-        """The same step at ``index`` after ``prev_hash`` (with other ``attributes`` if
-        given): its content hashes and bytes are kept, only its header and ``step_hash`` are
-        new."""
-        if index == self.index and prev_hash == self.prev_hash and attributes is None:
+        """The same step at ``index`` after ``prev_hash`` (with other ``attributes`` and
+        ``agent`` if given): its content hashes and bytes are kept, only its header and
+        ``step_hash`` are new (the same step :meth:`seal` makes of its draft so changed, without
+        encoding its content again)."""
+        same_agent = agent is _KEEP or (agent == self.agent and type(agent) is type(self.agent))
+        if (
+            index == self.index
+            and prev_hash == self.prev_hash
+            and (attributes is None or attributes is self.attributes)
+            and same_agent
+        ):
             return self
         step = object.__new__(Step)
         fields = step.__dict__
         fields.update(self.__dict__)
         fields.update(index=index, prev_hash=prev_hash)
         if attributes is not None:
-            fields["attributes"] = attributes
+            fields["attributes"] = dict(attributes)
+        if not same_agent:
+            fields["agent"] = agent
         header_bytes = canonical.encode(step.header())
         fields.update(step_hash=canonical.digest(header_bytes), header_bytes=header_bytes)
         return step

@@ -13,7 +13,7 @@ from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import ChainIntegrityError, SessionChangedError
 from agent_replay.mapping.assemble import assemble, capture_report, continue_session, merge
 from agent_replay.mapping.spans import NormalizedSpan
-from agent_replay.model import Continuation, SessionEnd
+from agent_replay.model import Continuation, SessionEnd, Step
 from agent_replay.store.sink import DurableSpanSink, SpanSink, save_merged
 from conversation_turns import CONV, TURNS, facts, turn, whole
 
@@ -103,6 +103,41 @@ def test_a_trace_that_does_not_follow_is_merged_whole(db_path):
         assert continue_session(SessionEnd.of(store.load(CONV)), later) is None
         loaded = store.load(CONV)
     assert [s.trace_id for s in loaded.steps] == [TURNS[0][0].trace_id, TURNS[2][0].trace_id]
+
+
+def test_a_merge_reads_no_stored_prompt_and_seals_no_stored_content(db_path, monkeypatch):
+    """A late trace merged into a stored chat: the stored prompts (each repeating the chat so
+    far) are only checked against their addresses, and the stored steps are placed in the
+    new chain, not sealed again; the session is the one assembling every span at once gives."""
+    order = [TURNS[n] for n in (1, 2, 3, 4, 5, 6, 0)]  # the first turn arrives last
+    with CheckpointStore(db_path) as store:
+        sink = SpanSink(store)
+        for spans in order[:-1]:
+            sink.add(spans)
+            sink.flush()
+        stored_inputs = {s.input_address for s in store.load(CONV).steps if s.inputs is not None}
+        read, sealed = [], []
+        original_blobs, original_seal = CheckpointStore._blobs, Step.seal
+        monkeypatch.setattr(
+            CheckpointStore,
+            "_blobs",
+            lambda self, hashes: read.extend(hashes) or original_blobs(self, hashes),
+        )
+        monkeypatch.setattr(
+            Step,
+            "seal",
+            classmethod(
+                lambda cls, draft, *a, **k: sealed.append(draft) or original_seal(draft, *a, **k)
+            ),
+        )
+        sink.add(order[-1])
+        sink.flush()
+        monkeypatch.undo()
+        loaded = store.load(CONV)
+    assert read and stored_inputs and not stored_inputs & set(read)
+    assert {d.trace_id for d in sealed} == {TURNS[0][0].trace_id}  # only the new trace's
+    expected = whole()
+    assert [s.step_hash for s in loaded.steps] == [s.step_hash for s in expected.steps]
 
 
 def stored_one_by_one(db_path, traces):

@@ -4,8 +4,13 @@ from dataclasses import replace
 import pytest
 
 from agent_replay import CheckpointStore, Outcome, Trajectory
-from agent_replay.errors import ChainIntegrityError, SessionNotFoundError, StoreError
-from agent_replay.model import Lineage, StepDraft, StepKind, chain_steps
+from agent_replay.errors import (
+    CanonicalEncodingError,
+    ChainIntegrityError,
+    SessionNotFoundError,
+    StoreError,
+)
+from agent_replay.model import NOT_LOADED, Lineage, StepDraft, StepKind, chain_steps
 
 
 def make(session="s1", n=5, payload="x"):
@@ -167,3 +172,57 @@ def test_a_step_built_without_its_bytes_is_stored_with_its_own_content(db_path):
         store.save(Trajectory("hand", (bare,)))
         loaded = store.load("hand")
     assert loaded.steps[0].inputs is None and loaded.steps[0].action == {"b": 1}
+
+
+def test_a_session_loaded_without_inputs_has_everything_else(db_path):
+    traj = make()
+    traj = replace(
+        traj,
+        steps=chain_steps(
+            [
+                *(s.draft() for s in traj.steps),
+                StepDraft(kind=StepKind.LLM, name="no inputs", action="a"),
+            ]
+        ),
+    )
+    with CheckpointStore(db_path) as store:
+        store.save(traj)
+        light = store.load("s1", inputs=False)
+    assert light.digest == traj.digest
+    assert [s.inputs for s in light.steps] == [NOT_LOADED] * 5 + [None]
+    for loaded, step in zip(light.steps, traj.steps, strict=True):
+        assert (loaded.step_hash, loaded.output_payload()) == (
+            step.step_hash,
+            step.output_payload(),
+        )
+    with pytest.raises(CanonicalEncodingError):  # never sealed or checked as if it were a value
+        light.verify()
+
+
+def append_space(conn, address):
+    (data,) = conn.execute("SELECT data FROM blobs WHERE hash=?", (address,)).fetchone()
+    conn.execute("UPDATE blobs SET data=? WHERE hash=?", (data + b" ", address))
+
+
+@pytest.mark.parametrize("damage", ["changed", "missing"])
+def test_a_session_loaded_without_inputs_still_checks_them(db_path, damage):
+    traj = make()
+    with CheckpointStore(db_path) as store:
+        store.save(traj)
+        conn = store._conn()
+        address = traj.steps[3].input_address
+        if damage == "changed":
+            append_space(conn, address)
+        else:
+            conn.execute("DELETE FROM blobs WHERE hash=?", (address,))
+        conn.commit()
+        # a damaged output before it is named first, as a whole load names it
+        for inputs in (True, False):
+            with pytest.raises(ChainIntegrityError, match="step 3") as err:
+                store.load("s1", inputs=inputs)
+            assert err.value.step_index == 3
+        append_space(conn, traj.steps[1].output_address)
+        conn.commit()
+        for inputs in (True, False):
+            with pytest.raises(ChainIntegrityError, match="step 1: outputs do not match"):
+                store.load("s1", inputs=inputs)

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 from .. import canonical
 from ..errors import CanonicalEncodingError
 from ..model import (
+    GENESIS_HASH,
     Continuation,
     Outcome,
     SessionEnd,
@@ -851,10 +852,12 @@ def merge(
     if not kept and all(s.agent is not None for s in new.steps):
         return new  # the stored steps are all captured again, as well as before
     requesters: dict[int, tuple[str | None, str]] = {}  # id(draft) → its requester's span
+    sealed: dict[int, Step] = {}  # id(draft) → the step it is a draft of
     drafts = []
     for steps, chosen in ((old.steps, kept), (new.steps, new.steps)):
         for step in chosen:
             draft = step.draft()
+            sealed[id(draft)] = step
             link = step.attributes.get("requested_by")
             if isinstance(link, int) and 0 <= link < len(steps) and steps[link].span_id:
                 requesters[id(draft)] = (steps[link].trace_id, steps[link].span_id)
@@ -879,11 +882,23 @@ def merge(
     for key in counts:
         if key in old_report or key in new_report:
             report[key] = (earlier.get(key) or 0) + (new_report.get(key) or 0)
-    merged = Trajectory(
+    return Trajectory(
         session_id=new.session_id,
+        steps=_placed(drafts, sealed),
         task=old.task,
         seed=new.seed,
         outcome=new.outcome or old.outcome,
         metadata=metadata,
     )
-    return merged.with_steps(drafts)
+
+
+def _placed(drafts: Sequence[StepDraft], sealed: Mapping[int, Step]) -> tuple[Step, ...]:
+    """``drafts`` of sealed steps (``sealed``, by ``id`` of the draft), reordered and with new
+    agents or links, chained from genesis: each step is placed where its draft now is, its
+    content neither encoded nor hashed again (sealing the drafts gives the same steps)."""
+    prev, steps = GENESIS_HASH, []
+    for index, draft in enumerate(drafts):
+        step = sealed[id(draft)].placed(index, prev, draft.attributes, draft.agent)
+        steps.append(step)
+        prev = step.step_hash
+    return tuple(steps)

@@ -472,7 +472,7 @@ def merged_with_stored(
             continuation = continue_session(store.load_end(trajectory.session_id), trajectory)
             if continuation is not None:
                 return continuation
-        old = store.load(trajectory.session_id)
+        old = store.load(trajectory.session_id, inputs=False)  # merged, not replayed
     except ChainIntegrityError as exc:
         if replace_untraced and not traced:
             return trajectory  # the whole session, given again
@@ -543,7 +543,7 @@ def adopt(
             if trace_id not in fragments or trace_id == trajectory.session_id:
                 continue
             try:
-                fragment = store.load(trace_id)
+                fragment = store.load(trace_id, inputs=False)
             except AgentReplayError as exc:  # left as it is: nothing is lost
                 _log.warning("agent-replay: cannot merge session %s (%s)", trace_id, exc)
                 continue

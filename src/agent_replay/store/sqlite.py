@@ -60,6 +60,7 @@ from .. import canonical
 from ..errors import ChainIntegrityError, SessionChangedError, SessionNotFoundError, StoreError
 from ..model import (
     GENESIS_HASH,
+    NOT_LOADED,
     Continuation,
     Lineage,
     Outcome,
@@ -580,7 +581,8 @@ class CheckpointStore:
             else:
                 traj, header, after = item, item.header(), None
             for step in traj.steps:
-                _add_blob(blobs, step.input_address, step.input_bytes, lambda s=step: s.inputs)
+                if step.inputs is not NOT_LOADED:  # (else stored: it was loaded without them)
+                    _add_blob(blobs, step.input_address, step.input_bytes, lambda s=step: s.inputs)
                 _add_blob(blobs, step.output_address, step.output_bytes, step.output_payload)
                 if step.step_hash not in steps:
                     data = step.header_bytes or canonical.encode(step.header())
@@ -912,15 +914,21 @@ class CheckpointStore:
                 )
             ]
 
-    def load(self, session_id: str) -> Trajectory:
+    def load(self, session_id: str, *, inputs: bool = True) -> Trajectory:
         """The stored trajectory, every hash checked.
+
+        With ``inputs=False`` the steps' inputs are checked against their addresses but not
+        decoded: each step's ``inputs`` is ``None`` when it recorded none, else
+        :data:`~agent_replay.model.NOT_LOADED`. Such a trajectory can only be merged and saved
+        again (what the sinks do with a stored conversation a late trace joins: the prompts
+        of a chat repeat the conversation so far, so decoding them is most of the work).
 
         Raises :class:`SessionNotFoundError` for an unknown id,
         :class:`ChainIntegrityError` naming the first bad step for a damaged session and
         :class:`StoreError` when SQLite cannot read the file.
         """
         with self._sqlite_errors(f"load session {session_id!r}"):
-            return self._load(session_id)
+            return self._load(session_id, inputs)
 
     def load_end(self, session_id: str) -> SessionEnd:
         """The stored session's header and its last step, without the steps before: what is
@@ -941,7 +949,7 @@ class CheckpointStore:
             (last,) = self._checked_steps([entry], n_steps - 1, broken)
             return SessionEnd(session, n_steps, last)
 
-    def _load(self, session_id: str) -> Trajectory:
+    def _load(self, session_id: str, inputs: bool = True) -> Trajectory:
         conn = self._conn()
         session, head, n_steps, broken = self._session(conn, session_id)
         chain = conn.execute(_CHAIN_QUERY, (head, n_steps)).fetchall() if n_steps else []
@@ -958,7 +966,7 @@ class CheckpointStore:
             raise broken(f"{len(chain)} steps found, {n_steps} recorded", len(chain))
         if (headers[-1][0] if headers else GENESIS_HASH) != head:
             raise broken("chain does not end at the session head", n_steps - 1)
-        return replace(session, steps=self._checked_steps(headers, 0, broken))
+        return replace(session, steps=self._checked_steps(headers, 0, broken, inputs))
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str
@@ -1015,27 +1023,35 @@ class CheckpointStore:
         headers: list[tuple[str, dict, bytes]],
         first: int,
         broken: Callable[..., ChainIntegrityError],
+        inputs: bool = True,
     ) -> tuple[Step, ...]:
         """Steps from checked headers (the first at index ``first``), their content loaded and
-        checked against its hashes."""
+        checked against its hashes (the inputs only checked when not ``inputs``: see
+        :meth:`load`)."""
         addresses = []
         for position, (_, header, _) in enumerate(headers, first):
             try:
                 addresses.append((_blob(header, "input"), _blob(header, "output")))
             except (KeyError, TypeError, AttributeError) as exc:
                 raise broken(f"stored step is not readable ({exc})", position) from None
-        blobs = self._blobs({blob for pair in addresses for blob in pair})
+        if inputs:
+            blobs, bad_input = self._blobs({blob for pair in addresses for blob in pair}), None
+        else:
+            blobs = self._blobs({output for _, output in addresses})
+            bad_input = self._bad_blob([pair[0] for pair in addresses], first)
         steps = []
         for position, (step_hash, header, header_bytes) in enumerate(headers, first):
             input_blob, output_blob = addresses[position - first]
+            if bad_input is not None and bad_input[0] == position:
+                raise broken(bad_input[1], position)
             try:
-                input_bytes = blobs[input_blob]
+                input_bytes = blobs[input_blob] if inputs else b""
                 output_bytes = blobs[output_blob]
             except KeyError:
                 raise broken("content blob is missing", position) from None
             if not isinstance(input_bytes, bytes) or not isinstance(output_bytes, bytes):
                 raise broken("content blob is not stored as bytes", position)
-            if canonical.digest(input_bytes) != input_blob:
+            if inputs and canonical.digest(input_bytes) != input_blob:
                 raise broken("inputs do not match their content address", position)
             if canonical.digest(output_bytes) != output_blob:
                 raise broken("outputs do not match their content address", position)
@@ -1053,6 +1069,28 @@ class CheckpointStore:
             self._conn(), "SELECT hash, data FROM blobs WHERE hash IN ({})", list(hashes)
         )
         return dict(rows)
+
+    def _bad_blob(self, addresses: Sequence[str], first: int) -> tuple[int, str] | None:
+        """The first step (``addresses[i]`` is step ``first + i``'s inputs) whose blob is
+        missing or does not match its address, and what is wrong, or ``None``. The blobs are
+        read one at a time and not kept: a long chat's prompts never sit in memory together."""
+        where: dict[str, int] = {}
+        for position, address in enumerate(addresses, first):
+            where.setdefault(address, position)
+        wanted, problems = list(where), []
+        missing = set(wanted)
+        conn = self._conn()
+        for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+            chunk = wanted[start : start + 500]
+            query = f"SELECT hash, data FROM blobs WHERE hash IN ({','.join('?' * len(chunk))})"
+            for address, data in conn.execute(query, chunk):
+                missing.discard(address)
+                if not isinstance(data, bytes):
+                    problems.append((where[address], "content blob is not stored as bytes"))
+                elif canonical.digest(data) != address:
+                    problems.append((where[address], "inputs do not match their content address"))
+        problems += [(where[address], "content blob is missing") for address in missing]
+        return min(problems) if problems else None
 
     def load_all(self) -> Iterator[Trajectory]:
         """Every session, oldest first, each verified as :meth:`load` does."""
@@ -1258,6 +1296,14 @@ def _blob(header: dict, part: str) -> str:
     return blob
 
 
+_NO_INPUTS = canonical.encode_stored(None).hash  # the input_hash of a step without inputs
+
+
+def _unloaded(header: dict) -> Any:
+    """The inputs of a step loaded without them: ``None`` when it has none."""
+    return None if header["input_hash"] == _NO_INPUTS else NOT_LOADED
+
+
 def _step_from_stored(
     step_hash: str, header: dict, header_bytes: bytes, input_bytes: bytes, output_bytes: bytes
 ) -> Step:
@@ -1268,7 +1314,7 @@ def _step_from_stored(
         index=header["index"],
         kind=StepKind(header["kind"]),
         name=header["name"],
-        inputs=canonical.decode(input_bytes),
+        inputs=canonical.decode(input_bytes) if input_bytes else _unloaded(header),
         action=output.get("action"),
         observation=output.get("observation"),
         observed="observation" in output,
