@@ -6,23 +6,30 @@ Two ways side by side in one run, on the same turns, into fresh store files:
 
 * **continue**: the turn follows the stored session, so only the session's end is read and
   the new steps are sealed after it (what the sinks do);
-* **merge whole**: the whole stored session is loaded (every hash checked), merged with the
-  turn and sealed again (what they did before; still what happens when a turn does not simply
-  follow, e.g. a late span of a stored trace).
+* **merge whole**: the whole stored session is read (every hash checked) and the turn merged
+  into it (what they did before continuing existed; still what happens when a turn does not
+  simply follow, e.g. a late span of a stored trace).
 
 Each turn's prompt repeats the conversation so far, as chat APIs are called, so the content
 itself grows with the turn number. Printed: total time, the mean cost of the first and last 10
 turns, and the ratio of the two ways.
 
-Run: ``python benchmarks/conversation.py [--turns N]`` (``--quick`` for a smoke run).
+Then a trace that does not follow (a late span of a stored trace, say) merged into a longer
+conversation, ``--late-at`` turns: the time of one merge (median of 3) and the memory it
+allocates at its peak (``tracemalloc``, a separate run).
+
+Run: ``python benchmarks/conversation.py [--turns N] [--late-at N]`` (``--quick`` for a smoke
+run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 from agent_replay import CheckpointStore
@@ -87,12 +94,36 @@ def store_turns(path: Path, spans_by_turn: list, *, follow: bool) -> list[float]
     return costs
 
 
+def late_trace(n: int) -> tuple[float, float]:
+    """Seconds and peak MiB allocated to merge a turn that does not follow (merged whole) into
+    an ``n``-turn conversation stored turn by turn."""
+    spans_by_turn = turns(n + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "late.sqlite"
+        store_turns(path, spans_by_turn[:n], follow=True)
+        (late,) = assemble(spans_by_turn[n])
+        del spans_by_turn
+        with CheckpointStore(path) as store:
+            seconds = []
+            for _ in range(3):
+                start = time.perf_counter()
+                merged_with_stored(store, late, follow=False)
+                seconds.append(time.perf_counter() - start)
+            tracemalloc.start()
+            merged_with_stored(store, late, follow=False)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    return statistics.median(seconds), peak / 2**20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--late-at", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="a few turns: checks it runs")
     args = parser.parse_args()
     n = 20 if args.quick else args.turns
+    late_at = 30 if args.quick else args.late_at
     spans_by_turn = turns(n)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,6 +138,11 @@ def main() -> None:
     last_ratio = sum(results["merge whole"][-10:]) / sum(results["continue"][-10:])
     print(
         f"  merge whole / continue: {ratio:.1f}x in total, {last_ratio:.1f}x on the last 10 turns"
+    )
+    seconds, mib = late_trace(late_at)
+    print(
+        f"a turn that does not follow, merged into {late_at} stored turns: "
+        f"{seconds * 1e3:.0f} ms, {mib:.1f} MiB allocated at the peak"
     )
 
 

@@ -19,7 +19,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
     [
         ("capture.py", ["hooks on_start+on_end", "span lifecycle, wall", "worker thread"]),
         ("store.py", ["one transaction", "one per session", "load, every hash verified"]),
-        ("conversation.py", ["continue", "merge whole", "merge whole / continue"]),
+        (
+            "conversation.py",
+            ["continue", "merge whole", "merge whole / continue", "does not follow"],
+        ),
         ("recording.py", ["bare agent", "record(), no SDK", "SDK + BatchSpanProcessor"]),
         ("replay_overhead.py --quick --no-seed", ["bare agent", "all served", "all re-drawn"]),
         (
