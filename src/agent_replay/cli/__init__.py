@@ -21,6 +21,7 @@ from .collect import collect_command
 from .demo import demo_command
 from .fork import diff_command, fork_command, resume_command
 from .import_ import import_command
+from .prune import prune_command
 from .record import record_command
 from .replay import replay_command
 from .report import report_command
@@ -68,6 +69,7 @@ for command in (
     sessions_command,
     show_command,
     verify_command,
+    prune_command,
     aggregate_command,
     drift_command,
     attribute_command,

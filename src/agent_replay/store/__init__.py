@@ -1,5 +1,5 @@
 """Where trajectories live: a SQLite content-addressed store."""
 
-from .sqlite import CheckpointStore, SessionSummary, VerifyResult, open_store
+from .sqlite import CheckpointStore, PruneResult, SessionSummary, VerifyResult, open_store
 
-__all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
+__all__ = ["CheckpointStore", "PruneResult", "SessionSummary", "VerifyResult", "open_store"]

@@ -70,8 +70,10 @@ from ..model import (
     Trajectory,
     session_header_bytes,
 )
+from .prune import PruneResult
+from .prune import prune as prune_unused
 
-__all__ = ["CheckpointStore", "SessionSummary", "VerifyResult", "open_store"]
+__all__ = ["CheckpointStore", "PruneResult", "SessionSummary", "VerifyResult", "open_store"]
 
 SCHEMA_VERSION = 4
 PAGE_SIZE = 8192
@@ -840,6 +842,45 @@ class CheckpointStore:
             conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
             conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
 
+    def prune(
+        self,
+        session_ids: Iterable[str] = (),
+        *,
+        saved_before_ns: int | None = None,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Delete ``session_ids`` and every session last saved before ``saved_before_ns``
+        (nanoseconds since the epoch), then the step rows and blobs no remaining session uses
+        (left by deleted sessions, and by steps a merge moved), in one transaction; with
+        neither, only the unused rows. With ``dry_run``, what would be deleted, nothing
+        changed. Writers wait meanwhile (the busy timeout; the receiver answers 503 past it).
+        The file keeps its size, its free pages reused by later writes: :meth:`vacuum` gives
+        them back. A fork of a deleted session keeps every step it uses; its lineage still
+        names the parent. Raises :class:`StoreError` when a remaining session's step cannot
+        be read (nothing is deleted then)."""
+        with self._sqlite_errors("prune"):
+            try:
+                with self._transaction() as conn:
+                    result = prune_unused(conn, list(session_ids), saved_before_ns)
+                    if dry_run:
+                        raise _DryRun(result)
+            except _DryRun as rolled_back:
+                return replace(rolled_back.result, dry_run=True)
+        return result
+
+    def vacuum(self) -> tuple[int, int]:
+        """Rebuild the file without its free pages (SQLite's ``VACUUM``: it needs free disk
+        room for a copy of the store, and holds the store against every other reader and
+        writer while it runs). Returns the file's size in bytes before and after, each
+        measured after a checkpoint has moved the write-ahead log into it."""
+        with self._sqlite_errors("vacuum"):
+            conn = self._conn()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = self.path.stat().st_size
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return before, self.path.stat().st_size
+
     def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, list[str]]:
         """The stored sessions holding each of ``trace_ids``, the one written first first
         (traces no stored session holds are absent). A session named by the trace id itself
@@ -1125,6 +1166,13 @@ class CheckpointStore:
                 table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
                 for table in ("sessions", "steps", "blobs")
             }
+
+
+class _DryRun(Exception):
+    """Rolls back :meth:`CheckpointStore.prune`'s transaction, carrying what it found."""
+
+    def __init__(self, result: PruneResult) -> None:
+        self.result = result
 
 
 def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[CheckpointStore, bool]:

@@ -1,0 +1,87 @@
+"""``agent-replay prune``: delete sessions and the stored rows no session uses any more."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import click
+
+from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class Duration(click.ParamType):
+    """``30d``, ``12h``, ``45m``, ``90s``, ``2w`` or plain seconds, as seconds."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, float):
+            return value
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration (e.g. 30d, 12h, 45m, 90s)", param, ctx)
+        return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+@click.command("prune")
+@db_option
+@click.option("--session", "session_ids", multiple=True, help="Delete this session (repeatable).")
+@click.option(
+    "--older-than",
+    type=Duration(),
+    default=None,
+    help="Delete the sessions not saved for this long (30d, 12h, 45m, 90s; a conversation "
+    "counts from its latest turn).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; change nothing.")
+@click.option("--vacuum", is_flag=True, help="Then shrink the file (needs room for a copy).")
+@json_option
+def prune_command(
+    db: Path,
+    session_ids: tuple[str, ...],
+    older_than: float | None,
+    dry_run: bool,
+    vacuum: bool,
+    as_json: bool,
+) -> None:
+    """Delete sessions, then the steps and content no remaining session uses.
+
+    Without --session or --older-than, only the unused rows go: those of sessions deleted
+    before, and the rows a trace merged into a stored conversation left behind. Writers (a
+    receiver on the same store) wait while it runs."""
+    cutoff = None if older_than is None else time.time_ns() - int(older_than * 1e9)
+    with friendly_errors(), open_store(db) as store:
+        unknown = [s for s in session_ids if s not in store]
+        if unknown:
+            raise click.ClickException(f"no session {unknown[0]!r} in {db}; nothing deleted")
+        result = store.prune(session_ids, saved_before_ns=cutoff, dry_run=dry_run)
+        sizes = store.vacuum() if vacuum and not dry_run else None
+    if as_json:
+        data = result.to_dict()
+        if sizes is not None:
+            data["file_bytes"] = {"before": sizes[0], "after": sizes[1]}
+        echo_json(data)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    listed = f": {', '.join(result.sessions)}" if result.sessions else ""
+    click.echo(f"{verb} {plural(len(result.sessions), 'session')}{listed}")
+    click.echo(
+        f"{'would remove' if dry_run else 'removed'} {plural(result.steps, 'step row')} and "
+        f"{plural(result.blobs, 'blob')} ({_size(result.blob_bytes)} of content) that no "
+        "remaining session uses"
+    )
+    if sizes is not None:
+        click.echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
+
+
+def _size(n: float) -> str:
+    """``n`` bytes for people: 812 bytes, 3.4 KiB, 1.2 GiB."""
+    units = ("bytes", "KiB", "MiB", "GiB")
+    unit = 0
+    while n >= 1024 and unit < len(units) - 1:
+        n, unit = n / 1024, unit + 1
+    return f"{int(n)} bytes" if unit == 0 else f"{n:.1f} {units[unit]}"

@@ -1,0 +1,69 @@
+"""``agent-replay prune`` on a real store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from agent_replay import CheckpointStore
+from agent_replay.cli import main
+from agent_replay.cli.prune import Duration
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(map(str, args)), catch_exceptions=False)
+
+
+def test_a_dry_run_names_what_would_go_and_keeps_it(demo_db):
+    result = run("prune", "--db", demo_db, "--session", "s1", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("would delete 1 session: s1\nwould remove ")
+    with CheckpointStore(demo_db) as store:
+        assert sorted(store.session_ids()) == ["ok", "s1"]
+
+
+def test_prune_deletes_sessions_and_their_unused_rows(demo_db):
+    with CheckpointStore(demo_db) as store:
+        shared = store.stats()
+    result = run("prune", "--db", demo_db, "--session", "s1", "--vacuum", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["sessions"] == ["s1"] and data["steps"] > 0 and not data["dry_run"]
+    assert data["file_bytes"]["after"] <= data["file_bytes"]["before"]
+    with CheckpointStore(demo_db) as store:
+        assert store.session_ids() == ["ok"]
+        assert store.stats()["steps"] == shared["steps"] - data["steps"]
+        assert [r.ok for r in store.verify()] == [True]
+    again = run("prune", "--db", demo_db)  # nothing left to remove
+    assert again.output.splitlines() == [
+        "deleted 0 sessions",
+        "removed 0 step rows and 0 blobs (0 bytes of content) that no remaining session uses",
+    ]
+
+
+def test_older_than_counts_from_the_last_save(demo_db):
+    assert "deleted 0 sessions" in run("prune", "--db", demo_db, "--older-than", "1d").output
+    result = run("prune", "--db", demo_db, "--older-than", "0s")
+    assert result.output.startswith("deleted 2 sessions: ")
+
+
+def test_an_unknown_session_deletes_nothing(demo_db):
+    result = run("prune", "--db", demo_db, "--session", "s1", "--session", "nope")
+    assert result.exit_code == 1
+    assert "no session 'nope'" in result.output and "nothing deleted" in result.output
+    with CheckpointStore(demo_db) as store:
+        assert "s1" in store
+
+
+@pytest.mark.parametrize(
+    "text,seconds", [("90", 90), ("90s", 90), ("45m", 2700), ("1.5h", 5400), ("30d", 2592000)]
+)
+def test_durations(text, seconds):
+    assert Duration().convert(text, None, None) == seconds
+
+
+def test_a_bad_duration_is_a_usage_error(demo_db):
+    result = run("prune", "--db", demo_db, "--older-than", "3 weeks")
+    assert result.exit_code == 2 and "not a duration" in result.output
