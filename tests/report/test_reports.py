@@ -290,3 +290,45 @@ def test_a_step_no_rollout_pair_compared_is_shown_as_not_measured(demo_attributi
     row = next(line for line in text.splitlines() if f"{step['kind']}:{step['name']}" in line)
     assert "not measured" in row and "+0.00" not in row
     assert "not measured" in render_html(data, traj)
+
+
+@pytest.mark.parametrize(
+    "fixture,span_id",
+    [
+        ("langsmith/langsmith_py_wrap_openai_.json", r"^[0-9a-f]{32}$"),  # a run id
+        ("langfuse/google-vertex-tools-langchain-2025-09-19.json", r"^vertex-"),
+    ],
+)
+def test_a_report_of_a_backend_export_keeps_its_ids_and_is_valid(fixture, span_id):
+    """The ids of a Langfuse or LangSmith export are the backend's own: the report keeps them
+    (the schema used to require OTel hex ids, so such reports were refused by `report` and
+    the console), and no OTel link is made of them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agent_replay import attribute, replayable_agent
+    from agent_replay.ingest import load
+    from agent_replay.replay.policies import ScriptedPolicy
+    from conftest import FIXTURES
+
+    (trajectory,) = load(FIXTURES / fixture)
+    first = trajectory.steps[0]  # its first step says "good" half the time
+    agent = replayable_agent(trajectory, {first.name: ScriptedPolicy(["good", "bad"])})
+
+    def verifier(result):
+        return float('"good"' in json.dumps(result, default=str))
+
+    result = attribute(trajectory, agent, verifier, rollouts=16)
+    data = assert_valid_report(json.loads(result.to_json()))
+    assert data["culprit_index"] == 0
+    assert data["trace_id"] == first.trace_id
+    assert re.match(span_id, data["culprit_span_id"])
+    validate_report(data)  # what `agent-replay report` and the console check
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    result.to_otel(provider, trajectory=trajectory)
+    root = next(s for s in exporter.get_finished_spans() if s.name == "agent_replay.attribution")
+    assert root.attributes["agent_replay.original_trace_id"] == data["trace_id"]
+    assert not root.links
