@@ -154,10 +154,9 @@ def scripted_surrogate(ground_truth: str) -> ScriptedPolicy:
 
 def model_surrogate(base_url: str, model: str, api_key: str | None) -> OpenAIChatPolicy:
     def instructions(step) -> str:
-        system = step.inputs.get("system") if isinstance(step.inputs, dict) else None
-        text = " ".join(p.get("content", "") for p in system or [] if isinstance(p, dict))
-        return (text or f"You are {step.agent}.") + (
-            f"\nYou are {step.agent} in a multi-agent conversation. Reply with your next "
+        # (the policy sends the agent's own system prompt and the task after this)
+        return (
+            f"You are {step.agent} in a multi-agent conversation. Reply with your next "
             "message only."
         )
 

@@ -530,3 +530,30 @@ def test_a_changed_argument_reaches_a_tool_step_holding_the_arguments_as_text():
     traj = Trajectory("t", metadata={"source": "import:test"}).with_steps(drafts)
     seen = redraw_first(traj, redrawn, tool=lambda request: "r")
     assert seen[1] == {"arguments": "{'query': 'weather in London today', 'n': 5}"}
+
+
+def test_the_openai_policy_gives_a_conversation_turn_its_role_and_the_task(chat_server):
+    """A Who&When turn's inputs are only the speaker's system prompt: the request was the
+    system prompt and a JSON dump of it (step 0), or a bare transcript with neither the role
+    nor the task (later steps). Now every request has the speaker's system prompt, the task
+    and the conversation so far."""
+    from agent_replay.ingest import load
+    from conftest import WHO_AND_WHEN
+
+    _ChatServer.fail_first = False
+    (traj,) = load(WHO_AND_WHEN / "Algorithm-Generated" / "1.json")
+    policy = OpenAIChatPolicy(base_url=chat_server, api_key="k", model="m", max_retries=0)
+    replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0), seed=1)
+    llm_steps = [s for s in traj.steps if s.kind is StepKind.LLM]
+    assert len(_ChatServer.requests) == len(llm_steps) > 2
+    for step, (_, body) in zip(llm_steps, _ChatServer.requests, strict=True):
+        messages = body["messages"]
+        role = step.inputs["system"][0]["content"]
+        assert messages[0] == {"role": "system", "content": role}
+        assert messages[1] == {"role": "user", "content": f"The task: {traj.task}"}
+        assert sum(traj.task in m["content"] for m in messages) == 1  # once
+        assert not any('"turn"' in m["content"] for m in messages)
+        assert messages[-1]["content"] == (
+            f"Continue the conversation as {step.agent}: write your next message."
+        )
+        assert len(messages) == 3 + step.index  # system, task, every earlier turn, the ask

@@ -125,7 +125,7 @@ class ReplayAgent:
             produce = (
                 None
                 if entry is None
-                else _producer(ctx, step, entry, usage, self.trajectory.steps, outputs)
+                else _producer(ctx, step, entry, usage, self.trajectory, outputs)
             )
             call = StepCall(
                 kind=step.kind,
@@ -193,7 +193,7 @@ def _producer(
     step: Step,
     entry: tuple[str, Callable[..., Any]],
     usage: dict[str, Any],
-    steps: Sequence[Step],
+    trajectory: Trajectory,
     outputs: list[Any],
 ) -> Callable[[Any], Any]:
     """The step's ``produce``: asks its policy. The run so far (``history``) is built only
@@ -209,7 +209,8 @@ def _producer(
             model_hint=ctx.model_hint,
             ctx=ctx,
             usage=usage,
-            history=tuple(zip(steps, outputs, strict=False)),  # the steps before this one
+            history=tuple(zip(trajectory.steps, outputs, strict=False)),  # the steps before
+            task=trajectory.task,
         )
         try:
             return policy(request)

@@ -49,10 +49,10 @@ class PolicyError(AgentReplayError):
 @dataclass
 class ResampleRequest:
     """What a policy gets: the recorded ``step``, its current ``inputs``, a keyed ``rng``,
-    the plan's ``model_hint``, a ``usage`` dict to report token counts into, and ``history``:
+    the plan's ``model_hint``, a ``usage`` dict to report token counts into, ``history``:
     the earlier steps of this rollout with the outputs the run actually got from them
     (re-drawn ones included) - the conversation so far, for traces whose inputs do not carry
-    it."""
+    it - and the run's ``task`` (the trajectory's)."""
 
     step: Step
     inputs: Any
@@ -61,6 +61,7 @@ class ResampleRequest:
     ctx: Any = None
     usage: dict[str, Any] = field(default_factory=dict)
     history: tuple[tuple[Step, Any], ...] = ()
+    task: Any = None
 
 
 @runtime_checkable
@@ -115,7 +116,11 @@ class OpenAIChatPolicy:
     and ``AGENT_REPLAY_MODEL``; without a model from either, the recorded call's model is used
     (the plan's model hint wins over all). ``instructions`` is a
     system prompt, or a function of the recorded step returning one (e.g. "You are
-    {step.agent}; reply as that agent would"). The request's random stream supplies the
+    {step.agent}; reply as that agent would"), put before the recorded one. A step whose
+    inputs are a prompt (messages, or text) is sent that prompt; one whose inputs are not (a
+    turn of a multi-agent conversation: its system prompt at most) is sent
+    :func:`transcript_messages`: its system prompt, the task, its other inputs and the
+    conversation so far. The request's random stream supplies the
     ``seed`` so rollouts are reproducible where the server honours it. Inputs in the OTel
     GenAI parts shape, OpenAI message lists, plain strings and arbitrary JSON are accepted; the
     output mirrors the recorded output's shape.
@@ -171,10 +176,12 @@ class OpenAIChatPolicy:
                 f"step {step.index} ({step.label}): no model to re-draw with; "
                 "pass model= or set AGENT_REPLAY_MODEL"
             )
-        if _has_messages(request.inputs) or not request.history:
+        if isinstance(request.inputs, str) or _has_messages(request.inputs):
             messages = to_openai_messages(request.inputs)
         else:
-            messages = transcript_messages(request.history, step)
+            messages = transcript_messages(
+                request.history, step, inputs=request.inputs, task=request.task
+            )
         instructions = self.instructions(step) if callable(self.instructions) else self.instructions
         if instructions:
             messages = [{"role": "system", "content": instructions}, *messages]
@@ -207,11 +214,31 @@ def _has_messages(inputs: Any) -> bool:
     return isinstance(inputs, Mapping) and isinstance(inputs.get("messages"), list)
 
 
-def transcript_messages(history: Sequence[tuple[Step, Any]], step: Step) -> list[dict[str, Any]]:
-    """The conversation so far as chat messages from ``step.agent``'s point of view: its own
-    earlier turns as the assistant's, everyone else's as user turns prefixed with the
-    speaker's name; ends with a user turn asking for the agent's next message."""
+def transcript_messages(
+    history: Sequence[tuple[Step, Any]],
+    step: Step,
+    *,
+    inputs: Any = None,
+    task: Any = None,
+) -> list[dict[str, Any]]:
+    """Chat messages for a step whose inputs are not a prompt: its system prompt (``inputs``'
+    ``system``), the ``task``, its other ``inputs`` (``turn``, a position, left out), then the
+    conversation so far from ``step.agent``'s point of view: its own earlier turns as the
+    assistant's, everyone else's as user turns prefixed with the speaker's name; ends with a
+    user turn asking for the agent's next message (unless there is no conversation yet and
+    its other inputs are the request)."""
     messages: list[dict[str, Any]] = []
+    own = inputs
+    if isinstance(inputs, Mapping):
+        if inputs.get("system"):
+            messages.append({"role": "system", "content": _text(inputs["system"])})
+        own = {k: v for k, v in inputs.items() if k not in ("system", "turn")}
+    if task is not None and task != {}:
+        text = task if isinstance(task, str) else json.dumps(task, default=repr)
+        messages.append({"role": "user", "content": f"The task: {text}"})
+    if own is not None and own != {}:
+        text = own if isinstance(own, str) else json.dumps(own, default=repr)
+        messages.append({"role": "user", "content": text})
     for earlier, output in history:
         text = (
             _text(output[0].get("parts"))
@@ -223,13 +250,14 @@ def transcript_messages(history: Sequence[tuple[Step, Any]], step: Step) -> list
         else:
             speaker = earlier.agent or earlier.name
             messages.append({"role": "user", "content": f"[{speaker}] {text}"})
-    messages.append(
-        {
-            "role": "user",
-            "content": f"Continue the conversation as {step.agent or step.name}: "
-            "write your next message.",
-        }
-    )
+    if history or own is None or own == {}:
+        messages.append(
+            {
+                "role": "user",
+                "content": f"Continue the conversation as {step.agent or step.name}: "
+                "write your next message.",
+            }
+        )
     return messages
 
 
