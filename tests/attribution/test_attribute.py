@@ -643,3 +643,30 @@ def test_a_failure_made_inside_a_nested_step_is_blamed_on_the_step_that_started_
     result = attribute(run, agent, verifier)
     assert result.verdict == "separated" and result.culprit_index == 0
     assert result.culprit.interval.low <= 0.6 <= result.culprit.interval.high
+
+
+def test_aggregate_counts_a_name_measured_at_several_steps_of_a_run_once(monkeypatch):
+    """The steps of one run are not independent runs: a name measured at two steps of each of
+    three runs is measured in 3 runs (it said 6), with each run's mean effect."""
+    from types import SimpleNamespace
+
+    from agent_replay.attribution import aggregate as module
+    from agent_replay.attribution.stats import Interval
+
+    def step(label, effect):
+        interval = None if effect is None else Interval(effect - 0.1, effect + 0.1, 0.95, "t")
+        return SimpleNamespace(label=label, effect=effect, interval=interval)
+
+    def fake_attribute(trajectory, *args, **kwargs):
+        first, second = trajectory
+        steps = (step("llm:x", first), step("tool:t", None), step("llm:x", second))
+        return SimpleNamespace(steps=steps, culprit=steps[0], poc_index=0, cost={})
+
+    monkeypatch.setattr(module, "attribute", fake_attribute)
+    result = module.aggregate_runs([(0.2, 0.4), (0.3, 0.3), (0.1, 0.5)], lambda: None, None)
+    x = next(s for s in result.steps if s.label == "llm:x")
+    assert (x.runs, x.measured_runs, x.culprit_count) == (3, 3, 3)
+    assert x.mean_effect == pytest.approx(0.3)
+    # the three runs agree exactly: the interval is the mean of their own intervals
+    assert (x.effect_interval.low, x.effect_interval.high) == pytest.approx((0.2, 0.4))
+    assert "(in 3 runs)" in result.to_text()

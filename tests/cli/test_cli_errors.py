@@ -303,3 +303,20 @@ def test_aggregate_says_how_many_sessions_passed_and_were_not_attributed(demo_db
         run("aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER, "--json").stdout
     )
     assert data["passed_sessions"] == 1 and data["failing_runs"] == 1
+
+
+def test_aggregate_leaves_out_forks_and_resumed_runs_unless_asked(demo_db):
+    """Resumed copies of one failure were counted as independent failing runs: five of them
+    made one failure 'systematic'."""
+    for _ in range(3):
+        resumed = run("resume", "--db", demo_db, "--session", "s1", "--agent", AGENT)
+        assert resumed.exit_code == 0, resumed.output
+    common = ("aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER)
+    result = run(*common)
+    assert result.exit_code == 0, result.output
+    assert "Aggregate attribution: 1 failing runs" in result.stdout
+    assert "(3 fork or resumed runs left out:" in result.output
+    data = json.loads(run(*common, "--json").stdout)
+    assert (data["failing_runs"], data["branches_left_out"]) == (1, 3)
+    data = json.loads(run(*common, "--include-branches", "--json").stdout)
+    assert (data["failing_runs"], data["branches_left_out"]) == (4, 0)

@@ -26,7 +26,8 @@ class StepAggregate:
     ``mean_effect`` and ``effect_interval`` are over the ``measured_runs`` only: the runs whose
     search measured this step on its own (the adaptive search isolates the steps that matter
     there, mostly where it is the culprit, so this is not its mean effect over all the runs;
-    in the others it sat in a segment measured as a whole)."""
+    in the others it sat in a segment measured as a whole). A run where the name was measured
+    at several steps gives one value, the mean of their effects."""
 
     label: str
     runs: int
@@ -167,17 +168,27 @@ def aggregate_runs(
             culprits[result.culprit.label] += 1
         if result.poc_index is not None:
             pocs[result.steps[result.poc_index].label] += 1
+        # one value per run: a name measured at several steps of a run counts once, with the
+        # mean of its steps' effects (the interval below is over runs, which are independent;
+        # the steps of one run are not)
+        measured: dict[str, list[float]] = defaultdict(list)
+        measured_bounds: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for step in result.steps:
             if step.effect is not None:
-                effects[step.label].append(step.effect)
+                measured[step.label].append(step.effect)
                 if step.interval is not None:
-                    bounds[step.label].append((step.interval.low, step.interval.high))
+                    measured_bounds[step.label].append((step.interval.low, step.interval.high))
+        for label, values in measured.items():
+            effects[label].append(statistics.fmean(values))
+        for label, pairs in measured_bounds.items():
+            lows, highs = zip(*pairs, strict=True)
+            bounds[label].append((statistics.fmean(lows), statistics.fmean(highs)))
     rows = []
     for label, runs in seen.items():
         values = effects.get(label, [])
         mean = statistics.fmean(values) if values else None
         interval = mean_interval(values, confidence) if len(values) >= 2 else None
-        if interval is not None and interval.low == interval.high and bounds.get(label):
+        if interval is not None and interval.high - interval.low < 1e-12 and bounds.get(label):
             # no spread between the runs' estimates (exact zeros of a step the agent ignores)
             # says little about their mean: keep the runs' own uncertainty instead
             lows, highs = zip(*bounds[label], strict=True)

@@ -36,6 +36,12 @@ from .common import (
 @policy_option
 @click.option("--search", default=None, help="Only sessions whose id contains this text.")
 @click.option(
+    "--include-branches",
+    is_flag=True,
+    help="Also attribute forks and resumed runs (copies of another session's prefix, which "
+    "are not independent runs: left out by default).",
+)
+@click.option(
     "--rollouts",
     default=None,
     type=click.IntRange(1),
@@ -55,16 +61,23 @@ def aggregate_command(
     verifier_spec: str,
     policy_specs: tuple[str, ...],
     search: str | None,
+    include_branches: bool,
     rollouts: int | None,
     budget: int | None,
     max_rollout_steps: int | None,
     rollout_timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Attribute every failing session and rank step names by how often they are to blame."""
+    """Attribute every failing session and rank step names by how often they are to blame.
+
+    Forks and resumed runs are left out unless --include-branches: they repeat the prefix of
+    the session they branched from, so counting them would count one failure several times."""
     verifier = load_entrypoint(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db, read_only=True) as store:
         listed = store.list_sessions(search=search)
+        branches = [s for s in listed if s.parent_session is not None]
+        if not include_branches:
+            listed = [s for s in listed if s.parent_session is None]
         summaries = [s for s in listed if s.failed is not False]
         passed = len(listed) - len(summaries)
         trajectories = []
@@ -73,7 +86,13 @@ def aggregate_command(
                 trajectories.append(store.load(summary.session_id))
         if not trajectories:
             where = f"whose id contains {search!r} " if search else ""
-            raise click.ClickException(f"no failing sessions {where}in {db}")
+            but = (
+                f" ({plural(len(branches), 'fork or resumed run')} left out: "
+                "--include-branches attributes them)"
+                if branches and not include_branches
+                else ""
+            )
+            raise click.ClickException(f"no failing sessions {where}in {db}{but}")
         with click.progressbar(
             length=len(trajectories), label="attributing", file=sys.stderr
         ) as bar:
@@ -91,12 +110,18 @@ def aggregate_command(
                 budget=budget,
                 limits=rollout_limits(trajectories, max_rollout_steps, rollout_timeout),
             )
+    left_out = 0 if include_branches else len(branches)
     if as_json:
-        echo_json({**result.to_dict(), "passed_sessions": passed})
+        echo_json({**result.to_dict(), "passed_sessions": passed, "branches_left_out": left_out})
     else:
         click.echo(result.to_text())
         if passed:
             click.echo(f"  ({plural(passed, 'session')} that passed when recorded not attributed)")
+        if left_out:
+            click.echo(
+                f"  ({plural(left_out, 'fork or resumed run')} left out: they repeat another "
+                "session's prefix; --include-branches attributes them)"
+            )
 
 
 @click.command("drift")
