@@ -557,3 +557,20 @@ def test_the_openai_policy_gives_a_conversation_turn_its_role_and_the_task(chat_
             f"Continue the conversation as {step.agent}: write your next message."
         )
         assert len(messages) == 3 + step.index  # system, task, every earlier turn, the ask
+
+
+def test_a_model_swap_fork_names_its_step_and_records_the_model_that_answered(chat_server):
+    """``fork(model=)`` at a step no policy can re-draw stored a child identical to its parent
+    (a force there is refused; so is this now); a re-drawn step recorded the old model."""
+    from agent_replay import fork
+
+    _ChatServer.fail_first = False
+    traj = group_chat()
+    policy = OpenAIChatPolicy(base_url=chat_server, api_key="k", model="m", max_retries=0)
+    agent = replayable_agent(traj, {"agent:Writer": policy})
+    with pytest.raises(PlanError, match="observation-only"):
+        fork(agent, traj, at_step=1, model="bigger-model")
+    child = fork(agent, traj, at_step=2, model="bigger-model")
+    assert [body["model"] for _, body in _ChatServer.requests] == ["bigger-model"]
+    assert child.steps[2].attributes["model"] == "bigger-model"
+    assert final_text(child.outcome.result).startswith("[bigger-model] re-said:")

@@ -168,7 +168,9 @@ def _fork(
     elif observe is not _MISSING:
         plan, intervention = plan.observe(at_step, observe), {"observe": observe}
     elif model is not None:
-        plan, intervention = plan.swap_model(model), {"model": model}
+        # the fork step by name (so a step no policy can re-draw is refused, as do= is), and
+        # the steps after it, which run live, with it
+        plan, intervention = plan.swap_model(model).swap_model(model, at_step), {"model": model}
     else:
         plan = plan.edit(at_step, edit)  # type: ignore[arg-type]
         intervention = {"edit": dict(edit)}  # type: ignore[arg-type]

@@ -197,6 +197,8 @@ class OpenAIChatPolicy:
         if tools:
             kwargs["tools"] = tools
         response = self.client.chat.completions.create(**kwargs)
+        # the model that answered (the recorded step's attributes name the old one)
+        request.usage["model"] = getattr(response, "model", None) or model
         usage = getattr(response, "usage", None)
         if usage is not None:
             request.usage["input_tokens"] = getattr(usage, "prompt_tokens", 0) or 0
