@@ -670,3 +670,26 @@ def test_aggregate_counts_a_name_measured_at_several_steps_of_a_run_once(monkeyp
     # the three runs agree exactly: the interval is the mean of their own intervals
     assert (x.effect_interval.low, x.effect_interval.high) == pytest.approx((0.2, 0.4))
     assert "(in 3 runs)" in result.to_text()
+
+
+def test_an_agent_no_step_of_which_can_be_redrawn_is_no_shapley_player():
+    """An agent whose steps are all observation-only (a code terminal with no policy) is
+    worth exactly 0, but was made a player and shown "+0.09 [-0.02, +0.20]"."""
+
+    def agent(ctx):
+        with ctx.agent("planner"):
+            plan = ctx.llm("plan", produce=lambda: ctx.rng.choice(["good", "bad"]))
+        with ctx.agent("terminal"):
+            out = ctx.tool(
+                "run", produce=lambda: f"ran {plan} {ctx.rng.random()}", resamplable=False
+            )
+        with ctx.agent("writer"):
+            return ctx.llm("write", produce=lambda: plan, seen=out)
+
+    def ok(result):
+        return result == "good"
+
+    traj = next(t for s in range(50) if (t := record(agent, seed=s, verifier=ok)).failed)
+    result = attribute(traj, agent, ok, method="both", agents=True, shapley_rollouts=8)
+    assert result.agent_shapley.players == ("planner", "writer")
+    assert result.steps[1].observation_only

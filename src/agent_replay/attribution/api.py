@@ -266,7 +266,12 @@ def attribute(
         from .shapley import agent_shapley_values
 
         agent_shapley = agent_shapley_values(
-            engine, trajectory, rollouts=shapley_rollouts, confidence=confidence, credit=credit
+            engine,
+            trajectory,
+            rollouts=shapley_rollouts,
+            confidence=confidence,
+            credit=credit,
+            observation_only=observation_only,
         )
         if not trajectory.agents:
             warnings.append(

@@ -210,16 +210,30 @@ def agent_shapley_values(
     confidence: float,
     credit: bool,
     permutations: int = 64,
+    observation_only: frozenset[int] = frozenset(),
 ) -> ShapleyResult:
-    """Players: the agents of the run (exact for up to 8). Steps with no agent are held."""
-    agents = trajectory.agents
-    members = [frozenset(s.index for s in trajectory.steps if s.agent == a) for a in agents]
-    unattributed = frozenset(s.index for s in trajectory.steps if s.agent is None)
+    """Players: the agents of the run with a step that can be re-drawn (exact for up to 8),
+    each playing its steps that can. Steps with no agent, and ``observation_only`` steps, are
+    held (an agent none of whose steps can be re-drawn, a code terminal, is worth exactly 0:
+    sampling it would only add noise)."""
+    agents, members = [], []
+    for agent in trajectory.agents:
+        steps = frozenset(
+            s.index
+            for s in trajectory.steps
+            if s.agent == agent and s.index not in observation_only
+        )
+        if steps:
+            agents.append(agent)
+            members.append(steps)
+    held = frozenset(
+        s.index for s in trajectory.steps if s.agent is None or s.index in observation_only
+    )
     return shapley_values(
         engine,
         agents,
         members,
-        unattributed,
+        held,
         rollouts=rollouts,
         permutations=permutations,
         confidence=confidence,
