@@ -292,6 +292,25 @@ def test_a_step_no_rollout_pair_compared_is_shown_as_not_measured(demo_attributi
     assert "not measured" in render_html(data, traj)
 
 
+def test_a_segment_starting_with_an_observation_only_step_still_shows_its_total(
+    demo_attribution,
+):
+    """The total went on the segment's first row, which an observation-only step shows as
+    "held": the text had it nowhere (the HTML had it)."""
+    _, result = demo_attribution
+    data = copy.deepcopy(result.to_dict())
+    first, second, third = data["steps"][3:6]
+    interval = {"low": -0.25, "high": 0.75, "confidence": 0.95, "method": "test"}
+    for step in (first, second, third):
+        step.update(segment=[3, 6], segment_effect=0.25, segment_interval=interval)
+    first["observation_only"] = True
+    table = render_text(data).splitlines()
+    rows = {int(line[1:3]): line for line in table if line[1:3].strip().isdigit()}
+    assert "held" in rows[3] and "together" not in rows[3]
+    assert "steps 3-5 together +0.25 [-0.25, +0.75]" in rows[4]
+    assert "(in steps 3-5)" in rows[5]
+
+
 @pytest.mark.parametrize(
     "fixture,span_id",
     [

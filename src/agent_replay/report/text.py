@@ -80,8 +80,14 @@ def render_text(
         f"{'#':>3}  {'step':<26} {'agent':<12} {'effect':>6}  "
         f"{'-':<{BAR_HALF}}0{'+':>{BAR_HALF}}  detail"
     )
+    # a segment's total goes on its first scored row (an observation-only row shows "held")
+    first_scored: dict[tuple[int, int], int] = {}
+    for s in steps:
+        if not s.get("observation_only"):
+            first_scored.setdefault(tuple(s["segment"]), s["index"])
     for s in steps:
         lo, hi = s["segment"]
+        first = first_scored.get((lo, hi))
         mark = ">" if s["index"] == culprit else ("*" if s.get("decisive") else " ")
         measured = s.get("interval") if hi - lo == 1 else s.get("segment_interval")
         if s.get("observation_only"):
@@ -95,11 +101,11 @@ def render_text(
             detail = fmt_interval(s.get("interval"))
         else:
             eff = "   seg"
-            bar = effect_bar(s.get("segment_effect") if s["index"] == lo else None)
+            bar = effect_bar(s.get("segment_effect") if s["index"] == first else None)
             detail = (
                 f"steps {lo}-{hi - 1} together {fmt_effect(s.get('segment_effect'))} "
                 f"{fmt_interval(s.get('segment_interval'))}"
-                if s["index"] == lo
+                if s["index"] == first
                 else f"(in steps {lo}-{hi - 1})"
             )
         content = step_content(data, s["index"])
