@@ -180,6 +180,13 @@ def test_point_of_no_return():
     assert point_of_no_return(curve(1.0, 1.0, 1.0), 2) == 0  # locked in from the start
     assert point_of_no_return(curve(0.0, 0.1, 0.2), 2) is None  # replay does not reproduce
     assert point_of_no_return(curve(0.0, 0.5, 1.0), 2) == 2
+    # F(2) = 1.00 from 8 rollouts, [0.50, 1.00]: it covers F(n) but does not show that
+    # re-drawing steps 2-3 changes nothing (their true effect was 0.19)
+    few = curve(0.1, 0.2, 1.0, 1.0, 1.0)
+    few[2]["interval"] = {"low": 0.5, "high": 1.0}
+    assert point_of_no_return(few, 4) == 3
+    few[2]["interval"] = {"low": 0.91, "high": 1.0}  # many rollouts: within the margin
+    assert point_of_no_return(few, 4) == 2
 
 
 # -- HTML -------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Everything is derived from the report (the prefix failure curve and the step eff
 explanation of a report loaded from JSON is the same as one made right after the attribution.
 The causal trace walks from the first step to the *point of no return*: the first evaluated
 prefix position ``p`` from which the failure rate stays where the factual replays put it
-(every later ``F(q)`` interval covers ``F(n)``, and ``F(p) >= 0.5``). Steps from ``p`` on are
+(every later ``F(q)`` interval covers ``F(n)`` and reaches at most ``LOCK_MARGIN`` below it,
+and ``F(p) >= 0.5``). Steps from ``p`` on are
 *locked in*: re-drawing them no longer changes the outcome. Steps the search did not isolate
 are reported with the effect of their segment, never with a made-up per-step number.
 
@@ -47,6 +48,10 @@ ROLES = (
 #: effects smaller than this (in probability) are "no measurable effect" in the wording
 NEGLIGIBLE = 0.02
 _TOL = 0.01  # slack when comparing F(q) to F(n)
+LOCK_MARGIN = 0.1
+"""How far below the factual F(n) an F(q) interval may reach for position q to count as
+locked in: an interval from a few rollouts ([0.50, 1.00] from 8) covers F(n) without showing
+that re-drawing changes nothing."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ def point_of_no_return(curve: Sequence[Mapping[str, Any]], n: int) -> int | None
         settled = (
             point["failure_rate"] >= 0.5
             and interval["low"] - _TOL <= target <= interval["high"] + _TOL
+            and interval["low"] >= target - LOCK_MARGIN - _TOL
         )
         if not settled:
             break
