@@ -241,3 +241,25 @@ def test_a_link_that_leads_nowhere_in_a_directory_is_reported_not_skipped(tmp_pa
     result = CliRunner().invoke(main, ["import", str(folder), "--db", str(db_path)])
     assert result.exit_code == 1 and "gone.jsonl" in result.output and "FAILED" in result.output
     assert "from 1 of 2 files" in result.output
+
+
+def test_the_summary_describes_the_stored_session_a_file_joined(db_path):
+    """A second file continuing a stored conversation: the summary described the part
+    imported (3 steps, fully replayable) instead of the session it made (6 steps, two of
+    them without content)."""
+    runner = CliRunner()
+    generated = FIXTURES / "generated"
+    first = ["import", str(generated / "otel_default.jsonl"), "--db", str(db_path)]
+    assert runner.invoke(main, first).exit_code == 0
+    second = ["import", str(generated / "otel_span_only.jsonl"), "--db", str(db_path), "--json"]
+    result = runner.invoke(main, second)
+    assert result.exit_code == 0, result.output
+    (trajectory,) = json.loads(result.output[result.output.index("{") :])["trajectories"]
+    with CheckpointStore(db_path) as store:
+        stored = store.load(trajectory["session_id"])
+    assert trajectory["status"] == "updated"
+    assert trajectory["steps"] == len(stored.steps) == 6
+    assert trajectory["capture"] == stored.metadata["capture"]
+    assert not trajectory["capture"]["replayable"]
+    text = runner.invoke(main, second[:-1]).output
+    assert "0 of 1 fully replayable" in text

@@ -708,6 +708,26 @@ class ImportedSession:
         )
 
 
+def _as_stored(store: CheckpointStore, sessions: list[ImportedSession]) -> list[ImportedSession]:
+    """``sessions`` as the store now holds them, each once: a trace joined to a stored
+    conversation was described by the part imported, not by the session it made (6 steps
+    stored, "3 steps, fully replayable" said). Reads each session's header and last step."""
+    out: dict[str, ImportedSession] = {}
+    for imported in sessions:
+        try:
+            end = store.load_end(imported.session_id)
+        except AgentReplayError:  # (kept as imported: nothing better to say)
+            out.setdefault(imported.session_id, imported)
+            continue
+        out[imported.session_id] = ImportedSession(
+            imported.session_id,
+            end.n_steps,
+            end.session.source,
+            end.session.metadata.get("capture") or {},
+        )
+    return list(out.values())
+
+
 def import_into(
     store: CheckpointStore,
     sources: Iterable[Source],
@@ -761,6 +781,7 @@ def import_into(
             )
     if staged.started:
         _assemble_staged(sink, staged, result, on_assembled)
+    result.sessions = _as_stored(store, result.sessions)
     return result
 
 
