@@ -188,3 +188,8 @@ def test_confidence_outside_the_open_interval_is_a_usage_error(demo_db):
     for bad in ("1", "0.5", "1.2"):
         result = attribute(demo_db, "s1", "--confidence", bad, "--no-save")
         assert result.exit_code == 2 and "--confidence" in result.output, result.output
+
+
+def test_sessions_search_without_a_match_says_what_was_searched(demo_db):
+    result = run("sessions", "--db", demo_db, "--search", "nope")
+    assert result.output.strip() == f"no sessions whose id contains 'nope' in {demo_db}"

@@ -574,3 +574,26 @@ def test_a_model_swap_fork_names_its_step_and_records_the_model_that_answered(ch
     assert [body["model"] for _, body in _ChatServer.requests] == ["bigger-model"]
     assert child.steps[2].attributes["model"] == "bigger-model"
     assert final_text(child.outcome.result).startswith("[bigger-model] re-said:")
+
+
+class _EmptyReply(BaseHTTPRequestHandler):
+    reply: ClassVar[dict] = {}
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        send_json(self, type(self).reply)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("reply", [{"id": "x", "object": "chat.completion"}, {"choices": []}])
+def test_a_reply_without_a_message_is_a_policy_error_that_says_so(reply):
+    """A 200 without choices surfaced as "TypeError: 'NoneType' object is not subscriptable"."""
+    _EmptyReply.reply = reply
+    traj = group_chat()
+    with serving(_EmptyReply) as base_url:
+        policy = OpenAIChatPolicy(base_url=base_url, api_key="k", model="m", max_retries=0)
+        agent = replayable_agent(traj, {"agent:Writer": policy})
+        with pytest.raises(PolicyError, match=r"step 2 .*answered without a message"):
+            replay(agent, traj, ReplayPlan.ablate_from(0))

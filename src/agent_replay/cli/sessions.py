@@ -21,7 +21,8 @@ def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
         echo_json([row.to_dict() for row in rows])
         return
     if not rows:
-        click.echo(f"no sessions in {db}")
+        where = f"whose id contains {search!r} " if search else ""
+        click.echo(f"no sessions {where}in {db}")
         return
     width = max(len("session"), *(len(r.session_id) for r in rows))
     source_width = max(len("source"), *(len(r.source) for r in rows))

@@ -203,8 +203,14 @@ class OpenAIChatPolicy:
         if usage is not None:
             request.usage["input_tokens"] = getattr(usage, "prompt_tokens", 0) or 0
             request.usage["output_tokens"] = getattr(usage, "completion_tokens", 0) or 0
-        choice = response.choices[0]
-        return shape_like(step.output, choice.message, choice.finish_reason)
+        choices = getattr(response, "choices", None)
+        message = getattr(choices[0], "message", None) if choices else None
+        if message is None:
+            raise PolicyError(
+                f"step {step.index} ({step.label}): the endpoint answered without a message "
+                f"(no choices[0].message in its reply: {str(response)[:200]})"
+            )
+        return shape_like(step.output, message, choices[0].finish_reason)
 
 
 # -- message conversion --------------------------------------------------------------------
