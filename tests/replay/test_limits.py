@@ -21,6 +21,7 @@ from agent_replay import (
     arecord,
     areplay,
     attribute,
+    fork,
     record,
     replay,
 )
@@ -345,3 +346,31 @@ def test_a_timeout_alone_keeps_the_default_step_limit(failed_run):
     assert rollout_limits([failed_run], None, None) is None
     assert rollout_limits([failed_run], None, 2.5) == RolloutLimits(100, 2.5)
     assert rollout_limits([failed_run], 7, None) == RolloutLimits(7)
+
+
+def test_a_fork_into_a_loop_is_stopped_and_recorded_so(tmp_path, failed_run):
+    """fork and resume ran their live part without any bound: a fork into the loop hung."""
+    child = fork(
+        polling_agent, failed_run, at_step=0, do="poll", verifier=is_right, limits=RolloutLimits(9)
+    )
+    assert child.outcome.failed and child.outcome.error["type"] == "RolloutLimitExceeded"
+    assert len(child.steps) == 9 and child.lineage.fork_step == 0
+    db = tmp_path / "runs.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(failed_run)
+    common = [
+        "--db", db, "--session", failed_run.session_id,
+        "--agent", f"{__name__}:polling_agent", "--verifier", f"{__name__}:is_right",
+    ]  # fmt: skip
+
+    def cli(*args):
+        return CliRunner().invoke(main, list(map(str, args)))
+
+    fork_args = ("fork", *common, "--at-step", "0", "--do", "poll")
+    forked = cli(*fork_args, "--max-rollout-steps", "7", "--json")
+    assert forked.exit_code == 0, forked.output
+    assert json.loads(forked.stdout)["stopped"] == "it reached 7 steps (RolloutLimits.steps)"
+    text = cli(*fork_args, "--rollout-timeout", "0.2")
+    assert "failed (stopped: it ran" in text.stdout, text.output
+    resumed = cli("resume", *common, "--json")
+    assert json.loads(resumed.stdout)["stopped"] is None  # the recording answered: no loop

@@ -154,23 +154,33 @@ session_option = click.option(
 )
 
 
-def limits_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--max-rollout-steps`` and ``--rollout-timeout`` (see :func:`rollout_limits`)."""
-    command = click.option(
-        "--rollout-timeout",
-        default=None,
-        type=click.FloatRange(0, min_open=True),
-        metavar="SECONDS",
-        help="Stop a rollout that runs longer than this; it counts as a failure [default: none].",
-    )(command)
-    return click.option(
-        "--max-rollout-steps",
-        default=None,
-        type=click.IntRange(1),
-        metavar="N",
-        help="A rollout takes at most N steps; one that would run a further step live is "
-        "stopped and counts as a failure [default: 10 x the run's steps, at least 100].",
-    )(command)
+def limits_options(
+    command: Callable[..., Any] | None = None, *, branch: bool = False
+) -> Callable[..., Any]:
+    """``--max-rollout-steps`` and ``--rollout-timeout`` (see :func:`rollout_limits`); with
+    ``branch``, for one run (``fork``, ``resume``): no step limit unless given."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        what = "The run" if branch else "A rollout"
+        command = click.option(
+            "--rollout-timeout",
+            default=None,
+            type=click.FloatRange(0, min_open=True),
+            metavar="SECONDS",
+            help=f"Stop {what.lower()} once it runs longer than this; it counts as a failure "
+            "[default: none].",
+        )(command)
+        return click.option(
+            "--max-rollout-steps",
+            default=None,
+            type=click.IntRange(1),
+            metavar="N",
+            help=f"{what} takes at most N steps; one that would run a further step live is "
+            "stopped and counts as a failure [default: "
+            + ("none]." if branch else "10 x the run's steps, at least 100]."),
+        )(command)
+
+    return add if command is None else add(command)
 
 
 def rollout_limits(

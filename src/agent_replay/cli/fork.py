@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from ..model import Trajectory
-from ..replay import diff, fork, resume
+from ..replay import RolloutLimits, diff, fork, resume
 from .common import (
     agent_option,
     db_option,
     echo_json,
     friendly_errors,
     json_option,
+    limits_options,
     load_entrypoint,
     load_optional,
     open_store,
@@ -60,6 +61,7 @@ from .common import (
     type=int,
     help="Seed of the random streams of the steps the branch re-draws.",
 )
+@limits_options(branch=True)
 @json_option
 def fork_command(
     db: Path,
@@ -75,6 +77,8 @@ def fork_command(
     edit_text: str | None,
     child_id: str | None,
     seed: int,
+    max_rollout_steps: int | None,
+    rollout_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Record a branch: the recorded prefix, one intervention, then a live continuation."""
@@ -106,6 +110,7 @@ def fork_command(
             seed=seed,
             verifier=verifier,
             store=store,
+            limits=_limits(max_rollout_steps, rollout_timeout),
             **kwargs,
         )
     comparison = diff(parent, child)
@@ -114,6 +119,7 @@ def fork_command(
             {
                 "child": child.session_id,
                 "failed": None if child.outcome is None else child.outcome.failed,
+                "stopped": _stopped(child),
                 "divergence": child.metadata.get("divergence"),
                 "diff": comparison.to_dict(),
             }
@@ -121,6 +127,18 @@ def fork_command(
     else:
         click.echo(f"forked {session_id} at step {at_step} -> {child.session_id}{_ended(child)}")
         click.echo(comparison.to_text())
+
+
+def _stopped(child: Trajectory) -> str | None:
+    """Which limit stopped the branch (``--max-rollout-steps`` / ``--rollout-timeout``)."""
+    error = (child.outcome.error if child.outcome is not None else None) or {}
+    if error.get("type") != "RolloutLimitExceeded":
+        return None
+    return str(error.get("message", "")).removeprefix("rollout stopped: ")
+
+
+def _limits(steps: int | None, seconds: float | None) -> RolloutLimits | None:
+    return None if steps is None and seconds is None else RolloutLimits(steps, seconds)
 
 
 def _ended(child: Trajectory) -> str:
@@ -132,6 +150,9 @@ def _ended(child: Trajectory) -> str:
         if outcome is None or outcome.failed is None
         else (", failed" if outcome.failed else ", passed")
     )
+    stopped = _stopped(child)
+    if stopped:
+        text += f" (stopped: {stopped})"
     divergence = child.metadata.get("divergence")
     if isinstance(divergence, dict):
         text += (
@@ -153,6 +174,7 @@ def _ended(child: Trajectory) -> str:
 )
 @verifier_option
 @click.option("--child", "child_id", default=None, help="Session id of the resumed run.")
+@limits_options(branch=True)
 @json_option
 def resume_command(
     db: Path,
@@ -160,6 +182,8 @@ def resume_command(
     agent_spec: str,
     verifier_spec: str | None,
     child_id: str | None,
+    max_rollout_steps: int | None,
+    rollout_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Fast-forward through a recording and continue live past its end (a run whose last
@@ -168,7 +192,14 @@ def resume_command(
     verifier = load_optional(verifier_spec, "--verifier")
     with friendly_errors(), open_store(db) as store:
         traj = store.load(session_id)
-        resumed = resume(agent, traj, session_id=child_id, verifier=verifier, store=store)
+        resumed = resume(
+            agent,
+            traj,
+            session_id=child_id,
+            verifier=verifier,
+            store=store,
+            limits=_limits(max_rollout_steps, rollout_timeout),
+        )
     served = resumed.lineage.fork_step if resumed.lineage else len(traj.steps)
     if as_json:
         echo_json(
@@ -177,6 +208,7 @@ def resume_command(
                 "fast_forwarded": served,
                 "new_steps": len(resumed.steps) - served,
                 "failed": None if resumed.outcome is None else resumed.outcome.failed,
+                "stopped": _stopped(resumed),
                 "divergence": resumed.metadata.get("divergence"),
             }
         )

@@ -12,6 +12,7 @@ from ..capture.run import Verifier
 from ..errors import PlanError, StoreError
 from ..model import Lineage, Step, Trajectory
 from ..store import CheckpointStore
+from .limits import RolloutLimits
 from .plan import ReplayPlan
 from .replayer import areplay, replay
 
@@ -44,6 +45,7 @@ def fork(
     verifier: Verifier | None = None,
     store: Any = None,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> Trajectory:
     """Record a child branch: the recorded prefix before ``at_step``, one intervention at
     ``at_step``, and a live continuation after it.
@@ -52,11 +54,13 @@ def fork(
     observation), ``model=`` (re-draw with a model hint) or ``edit=`` (re-draw with edited
     inputs) is required. The child's lineage names the parent and the fork step; its prefix
     steps are the parent's own (same hashes), so a store keeps them once. With ``store``
-    (a CheckpointStore or Session) the child is saved. :func:`afork` is the same inside an
-    event loop.
+    (a CheckpointStore or Session) the child is saved. ``limits``
+    (:class:`~agent_replay.replay.RolloutLimits`, none by default) bounds the live part: a
+    branch that reaches them is stopped and recorded so (failed, its error naming the
+    limit). :func:`afork` is the same inside an event loop.
     """
     branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
-    return branch.record(agent_fn, seed, verifier, pass_context)
+    return branch.record(agent_fn, seed, verifier, pass_context, limits)
 
 
 async def afork(
@@ -74,11 +78,12 @@ async def afork(
     verifier: Verifier | None = None,
     store: Any = None,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> Trajectory:
     """:func:`fork` for ``async def`` agents, from inside an event loop (a plain ``def`` agent
     is run as :func:`fork` runs it)."""
     branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
-    return await branch.arecord(agent_fn, seed, verifier, pass_context)
+    return await branch.arecord(agent_fn, seed, verifier, pass_context, limits)
 
 
 def resume(
@@ -90,6 +95,7 @@ def resume(
     verifier: Verifier | None = None,
     store: Any = None,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> Trajectory:
     """Fast-forward through the recording and continue live past its end.
 
@@ -97,9 +103,10 @@ def resume(
     effects included: this continues the real run). A run that crashed while recording picks
     up where it stopped: when the crash came from its last step's failure (a tool that could
     not reach its service), that step runs again live. With ``store`` the resumed run is saved.
-    :func:`aresume` is the same inside an event loop.
+    ``limits`` as for :func:`fork`. :func:`aresume` is the same inside an event loop.
     """
-    return _resume(trajectory, session_id, store).record(agent_fn, seed, verifier, pass_context)
+    branch = _resume(trajectory, session_id, store)
+    return branch.record(agent_fn, seed, verifier, pass_context, limits)
 
 
 async def aresume(
@@ -111,11 +118,12 @@ async def aresume(
     verifier: Verifier | None = None,
     store: Any = None,
     pass_context: bool = True,
+    limits: RolloutLimits | None = None,
 ) -> Trajectory:
     """:func:`resume` for ``async def`` agents, from inside an event loop (a plain ``def``
     agent is run as :func:`resume` runs it)."""
     branch = _resume(trajectory, session_id, store)
-    return await branch.arecord(agent_fn, seed, verifier, pass_context)
+    return await branch.arecord(agent_fn, seed, verifier, pass_context, limits)
 
 
 def _fork(
@@ -216,7 +224,12 @@ class _Branch:
     store: CheckpointStore | None
 
     def record(
-        self, agent_fn: Callable[..., Any], seed: int, verifier: Any, pass_context: bool
+        self,
+        agent_fn: Callable[..., Any],
+        seed: int,
+        verifier: Any,
+        pass_context: bool,
+        limits: RolloutLimits | None,
     ) -> Trajectory:
         result = replay(
             agent_fn,
@@ -225,11 +238,17 @@ class _Branch:
             seed=seed,
             verifier=verifier,
             pass_context=pass_context,
+            limits=limits,
         )
         return self._saved(result)
 
     async def arecord(
-        self, agent_fn: Callable[..., Any], seed: int, verifier: Any, pass_context: bool
+        self,
+        agent_fn: Callable[..., Any],
+        seed: int,
+        verifier: Any,
+        pass_context: bool,
+        limits: RolloutLimits | None,
     ) -> Trajectory:
         result = await areplay(
             agent_fn,
@@ -238,6 +257,7 @@ class _Branch:
             seed=seed,
             verifier=verifier,
             pass_context=pass_context,
+            limits=limits,
         )
         return self._saved(result)
 
