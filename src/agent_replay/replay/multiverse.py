@@ -60,7 +60,9 @@ def fork(
     limit). :func:`afork` is the same inside an event loop.
     """
     branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
-    return branch.record(agent_fn, seed, verifier, pass_context, limits)
+    return branch.record(
+        agent_fn, seed=seed, verifier=verifier, pass_context=pass_context, limits=limits
+    )
 
 
 async def afork(
@@ -83,7 +85,9 @@ async def afork(
     """:func:`fork` for ``async def`` agents, from inside an event loop (a plain ``def`` agent
     is run as :func:`fork` runs it)."""
     branch = _fork(trajectory, at_step, do, remove, observe, model, edit, session_id, store)
-    return await branch.arecord(agent_fn, seed, verifier, pass_context, limits)
+    return await branch.arecord(
+        agent_fn, seed=seed, verifier=verifier, pass_context=pass_context, limits=limits
+    )
 
 
 def resume(
@@ -106,7 +110,9 @@ def resume(
     ``limits`` as for :func:`fork`. :func:`aresume` is the same inside an event loop.
     """
     branch = _resume(trajectory, session_id, store)
-    return branch.record(agent_fn, seed, verifier, pass_context, limits)
+    return branch.record(
+        agent_fn, seed=seed, verifier=verifier, pass_context=pass_context, limits=limits
+    )
 
 
 async def aresume(
@@ -123,7 +129,9 @@ async def aresume(
     """:func:`resume` for ``async def`` agents, from inside an event loop (a plain ``def``
     agent is run as :func:`resume` runs it)."""
     branch = _resume(trajectory, session_id, store)
-    return await branch.arecord(agent_fn, seed, verifier, pass_context, limits)
+    return await branch.arecord(
+        agent_fn, seed=seed, verifier=verifier, pass_context=pass_context, limits=limits
+    )
 
 
 def _fork(
@@ -223,43 +231,12 @@ class _Branch:
     source: str
     store: CheckpointStore | None
 
-    def record(
-        self,
-        agent_fn: Callable[..., Any],
-        seed: int,
-        verifier: Any,
-        pass_context: bool,
-        limits: RolloutLimits | None,
-    ) -> Trajectory:
-        result = replay(
-            agent_fn,
-            self.trajectory,
-            self.plan,
-            seed=seed,
-            verifier=verifier,
-            pass_context=pass_context,
-            limits=limits,
-        )
-        return self._saved(result)
+    def record(self, agent_fn: Callable[..., Any], **options: Any) -> Trajectory:
+        """Run the branch (``options`` as :func:`replay` takes them) and save it."""
+        return self._saved(replay(agent_fn, self.trajectory, self.plan, **options))
 
-    async def arecord(
-        self,
-        agent_fn: Callable[..., Any],
-        seed: int,
-        verifier: Any,
-        pass_context: bool,
-        limits: RolloutLimits | None,
-    ) -> Trajectory:
-        result = await areplay(
-            agent_fn,
-            self.trajectory,
-            self.plan,
-            seed=seed,
-            verifier=verifier,
-            pass_context=pass_context,
-            limits=limits,
-        )
-        return self._saved(result)
+    async def arecord(self, agent_fn: Callable[..., Any], **options: Any) -> Trajectory:
+        return self._saved(await areplay(agent_fn, self.trajectory, self.plan, **options))
 
     def _saved(self, result: Any) -> Trajectory:
         lineage = self.lineage
