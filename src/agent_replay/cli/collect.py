@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ..ingest.receiver import DEFAULT_GRPC, DEFAULT_HTTP, Collector, ReceiverConfig, TLSConfig
+from ..ingest.receiver.memory import pin_mmap_threshold
 from .common import db_option, friendly_errors, open_store
 
 _OFF = ("", "off", "none", "no")
@@ -130,6 +131,9 @@ def collect_command(
         token=token or None,
     )
     tls = TLSConfig(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
+    # before any receiver thread allocates: large request bodies, once freed, must not leave
+    # glibc keeping hundreds of MiB resident in its arenas (memory.py)
+    pin_mmap_threshold()
     with friendly_errors(), open_store(db, must_exist=False) as store:
         collector = Collector(store, http=http_address, grpc=grpc_listen, config=config, tls=tls)
         try:
