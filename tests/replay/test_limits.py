@@ -24,8 +24,10 @@ from agent_replay import (
     fork,
     record,
     replay,
+    resume,
 )
 from agent_replay.cli import main
+from agent_replay.errors import PlanError
 
 
 def polling_agent(ctx, goal, *, loop=True):
@@ -374,3 +376,14 @@ def test_a_fork_into_a_loop_is_stopped_and_recorded_so(tmp_path, failed_run):
     assert "failed (stopped: it ran" in text.stdout, text.output
     resumed = cli("resume", *common, "--json")
     assert json.loads(resumed.stdout)["stopped"] is None  # the recording answered: no loop
+
+
+def test_a_step_limit_that_does_not_reach_past_the_branch_point_is_refused(failed_run):
+    """``fork --at-step 5 --max-rollout-steps 3`` stored a 6-step child "stopped: it reached 3
+    steps": the limit counts the served steps too."""
+    with pytest.raises(PlanError, match=r"serves the first 1 steps .* give more than 1"):
+        fork(polling_agent, failed_run, at_step=1, do="right", limits=RolloutLimits(1))
+    with pytest.raises(PlanError, match="give more than 2"):
+        resume(polling_agent, failed_run, limits=RolloutLimits(2))
+    child = fork(polling_agent, failed_run, at_step=1, do="right", limits=RolloutLimits(2))
+    assert child.outcome.error is None and len(child.steps) == 2

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import StoreError
 from agent_replay.model import Lineage, StepDraft, StepKind, chain_steps
-from agent_replay.store.sink import SpanSink
+from agent_replay.store.sink import DurableSpanSink, SpanSink
 from conversation_turns import CONV, TURNS
 
 
@@ -177,3 +177,140 @@ def test_vacuum_gives_the_free_pages_back(db_path):
         assert after < before
         assert store.load("small") == run("small", [1])
     assert sqlite3.connect(db_path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_load_that_overlaps_a_prune_reads_one_state_of_the_file(db_path, monkeypatch):
+    """Another process merges a late turn (its steps move) and prunes while a load is between
+    reading the session row and reading its chain: the load read the rows one by one and
+    reported the sound session as damaged (the receiver then set the next capture aside as
+    `.unmerged`). It now reads one snapshot: the session as it was."""
+    with CheckpointStore(db_path) as setup:
+        sink = SpanSink(setup)
+        for n in (1, 2):
+            sink.add(TURNS[n])
+            sink.flush()
+        before = setup.load(CONV)
+    reader, other = CheckpointStore(db_path), CheckpointStore(db_path)
+    original = CheckpointStore._session
+
+    def session_then_other_work(self, conn, session_id):
+        out = original(self, conn, session_id)
+        if self is reader:
+            monkeypatch.setattr(CheckpointStore, "_session", original)
+            late = SpanSink(other)
+            late.add(TURNS[0])
+            late.flush()
+            assert other.prune().steps > 0  # the rows the reader is about to read
+        return out
+
+    monkeypatch.setattr(CheckpointStore, "_session", session_then_other_work)
+    try:
+        assert reader.load(CONV) == before
+        assert len(reader.load(CONV).steps) == len(before.steps) + 1
+        assert [r.ok for r in reader.verify()] == [True]
+    finally:
+        reader.close()
+        other.close()
+
+
+def test_the_spans_a_receiver_kept_of_a_pruned_session_go_with_it(db_path):
+    """The receiver keeps assembled spans (for late spans) for --retain-seconds: a pruned
+    session's prompts stayed in the file, and a late span brought its steps back."""
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=0)
+        for n in (0, 1):
+            sink.add(TURNS[n])
+        sink.assemble_ready(force=True)
+        kept = store.pending_counts()["spans_assembled"]
+        assert kept == len(TURNS[0]) + len(TURNS[1])
+        assert store.prune([CONV], dry_run=True).pending == kept
+        assert store.prune([CONV]).pending == kept
+        assert store.pending_counts()["spans_assembled"] == 0
+        store.vacuum()
+    assert b"question 0" not in Path(db_path).read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["row missing", "prev changed"])
+def test_a_broken_chain_stops_the_prune_before_anything_is_deleted(db_path, damage):
+    """Its walk stopped at the break, and the steps before it (still the session's, and
+    readable) were deleted as unused."""
+    with CheckpointStore(db_path) as store:
+        store.save(run("a", [1, 2, 3, 4, 5]))
+        store.save(run("b", [9]))
+        store.delete("b")
+        step = store.load("a").steps[3]
+        conn = store._conn()
+        if damage == "row missing":
+            conn.execute("DELETE FROM steps WHERE hash=?", (step.step_hash,))
+        else:
+            conn.execute("UPDATE steps SET prev=? WHERE hash=?", ("0" * 64, step.step_hash))
+        conn.commit()
+        before = store.stats()
+        with pytest.raises(StoreError, match="nothing was pruned"):
+            store.prune()
+        assert store.stats() == before
+
+
+def test_a_dry_run_only_reads(tmp_path):
+    """It opened the store for writing (a schema-3 store was migrated by it) and took the
+    write lock."""
+    import hashlib
+    import shutil
+
+    from click.testing import CliRunner
+
+    from agent_replay.cli import main
+
+    db = tmp_path / "schema3.sqlite"
+    shutil.copy(Path(__file__).parent / "data" / "schema3.sqlite", db)
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    result = CliRunner().invoke(main, ["prune", "--db", str(db), "--older-than", "0", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("would delete ")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+    with CheckpointStore(db, read_only=True) as store:
+        assert store.prune(saved_before_ns=time.time_ns(), dry_run=True).sessions
+        assert store.session_ids()
+
+
+def test_a_merge_two_asides_deep_is_checked_against_what_it_read(db_path, monkeypatch):
+    """The write of a merge is checked against the digest of the session it read: it was
+    for `<id>`, `<id>.otel` and `<id>.unmerged` only, so a prune of `<id>.otel.unmerged`
+    between the read and the write let it write steps whose inputs the prune had deleted."""
+    from agent_replay.model import StepDraft, StepKind, chain_steps
+
+    store, other = CheckpointStore(db_path), CheckpointStore(db_path)
+    native = [StepDraft(StepKind.TOOL, "native", inputs={"n": 1}, action=1)]
+    store.save(Trajectory(CONV, chain_steps(native)))  # a native run: captures go aside
+    sink = SpanSink(store)
+    sink.add(TURNS[5])
+    sink.flush()  # -> conv-1.otel
+    aside = store.load(f"{CONV}.otel")
+    (data,) = (
+        store._conn()
+        .execute("SELECT data FROM blobs WHERE hash=?", (aside.steps[0].output_address,))
+        .fetchone()
+    )
+    store._conn().execute(
+        "UPDATE blobs SET data=? WHERE hash=?", (data + b" ", aside.steps[0].output_address)
+    )
+    sink.add(TURNS[6])
+    sink.flush()  # conv-1.otel is damaged: -> conv-1.otel.unmerged
+    target = f"{CONV}.otel.unmerged"
+    original = CheckpointStore.load
+
+    def load_then_prune(self, session_id, *, inputs=True):
+        out = original(self, session_id, inputs=inputs)
+        if self is store and session_id == target and not inputs:
+            monkeypatch.setattr(CheckpointStore, "load", original)
+            assert other.prune([target]).sessions == [target]
+        return out
+
+    monkeypatch.setattr(CheckpointStore, "load", load_then_prune)
+    try:
+        sink.add(TURNS[0])
+        sink.flush()  # a late turn: merged whole into the target, which a prune deletes
+        assert store.verify(target)[0].ok  # merged again on the next attempt: it loads
+    finally:
+        store.close()
+        other.close()

@@ -34,8 +34,8 @@ class Duration(click.ParamType):
     "--older-than",
     type=Duration(),
     default=None,
-    help="Delete the sessions not saved for this long (30d, 12h, 45m, 90s; a conversation "
-    "counts from its latest turn).",
+    help="Delete the sessions not saved for this long (30d, 12h, 45m, 90s; a bare number is "
+    "seconds; a conversation counts from its latest turn).",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; change nothing.")
 @click.option("--vacuum", is_flag=True, help="Then shrink the file (needs room for a copy).")
@@ -51,10 +51,11 @@ def prune_command(
     """Delete sessions, then the steps and content no remaining session uses.
 
     Without --session or --older-than, only the unused rows go: those of sessions deleted
-    before, and the rows a trace merged into a stored conversation left behind. Writers (a
-    receiver on the same store) wait while it runs."""
+    before, and the rows a trace merged into a stored conversation left behind. The spans a
+    receiver kept of the deleted sessions' traces go too. Writers (a receiver on the same
+    store) wait while it runs; --dry-run only reads."""
     cutoff = None if older_than is None else time.time_ns() - int(older_than * 1e9)
-    with friendly_errors(), open_store(db) as store:
+    with friendly_errors(), open_store(db, read_only=dry_run) as store:
         unknown = [s for s in session_ids if s not in store]
         if unknown:
             raise click.ClickException(f"no session {unknown[0]!r} in {db}; nothing deleted")
@@ -74,6 +75,11 @@ def prune_command(
         f"{plural(result.blobs, 'blob')} ({_size(result.blob_bytes)} of content) that no "
         "remaining session uses"
     )
+    if result.pending:
+        click.echo(
+            f"{'would remove' if dry_run else 'removed'} "
+            f"{plural(result.pending, 'span or log record')} the receiver kept of their traces"
+        )
     if sizes is not None:
         click.echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
 

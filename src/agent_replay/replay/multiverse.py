@@ -233,10 +233,24 @@ class _Branch:
 
     def record(self, agent_fn: Callable[..., Any], **options: Any) -> Trajectory:
         """Run the branch (``options`` as :func:`replay` takes them) and save it."""
+        self._check(options.get("limits"))
         return self._saved(replay(agent_fn, self.trajectory, self.plan, **options))
 
     async def arecord(self, agent_fn: Callable[..., Any], **options: Any) -> Trajectory:
+        self._check(options.get("limits"))
         return self._saved(await areplay(agent_fn, self.trajectory, self.plan, **options))
+
+    def _check(self, limits: RolloutLimits | None) -> None:
+        """A step limit counts the steps served before the branch point too: one that
+        does not reach past them would stop the branch before anything ran live."""
+        held = self.lineage.fork_step
+        if limits is not None and limits.steps is not None and limits.steps <= held:
+            raise PlanError(
+                f"the {self.source} serves the first {held} steps of "
+                f"{self.trajectory.session_id!r} as recorded and a step limit counts them: "
+                f"{limits.steps} steps would stop it before anything ran live; give more "
+                f"than {held}"
+            )
 
     def _saved(self, result: Any) -> Trajectory:
         lineage = self.lineage

@@ -6,8 +6,9 @@ row; the step rows and blobs it alone used stay until a prune finds that no rema
 reaches them. Merging a trace into a stored conversation leaves rows behind too: the steps
 after the first one that moved get new rows, the old ones are reached by no session.
 
-Everything here runs on one connection inside the caller's write transaction: no writer
-can add a reference to a row between the moment it is found unused and its deletion.
+Everything here runs on one connection inside the caller's transaction: a write transaction
+for a prune (no writer can add a reference to a row between the moment it is found unused
+and its deletion), a read transaction for a dry run (which only counts).
 """
 
 from __future__ import annotations
@@ -18,33 +19,60 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import canonical
+from ..canonical import GENESIS_HASH
 from ..errors import StoreError
 
 __all__ = ["PruneResult", "prune"]
 
-# Every step a session reaches: its head, then each step's predecessor (UNION keeps each
-# once, so prefixes shared by forks are walked once).
+_TEMP = (
+    "CREATE TEMP TABLE IF NOT EXISTS doomed(session_id TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TEMP TABLE IF NOT EXISTS live_steps(hash TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TEMP TABLE IF NOT EXISTS live_blobs(hash TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TEMP TABLE IF NOT EXISTS gone_traces(trace_id TEXT PRIMARY KEY) WITHOUT ROWID",
+)
+
+# Every step a remaining session reaches: its head, then each step's predecessor (UNION
+# keeps each once, so prefixes shared by forks are walked once).
 _LIVE_STEPS = """
 INSERT INTO temp.live_steps(hash)
 WITH RECURSIVE live(hash) AS (
-    SELECT head FROM main.sessions
+    SELECT head FROM main.sessions WHERE session_id NOT IN (SELECT session_id FROM temp.doomed)
     UNION
     SELECT s.prev FROM main.steps AS s JOIN live ON s.hash = live.hash
 )
 SELECT hash FROM live
 """
 
+# Traces only deleted sessions held: their spans and log records the receiver keeps (for
+# late spans, --retain-seconds) go too, or a late span would bring the session back.
+_GONE_TRACES = """
+INSERT INTO temp.gone_traces(trace_id)
+SELECT DISTINCT trace_id FROM main.session_traces
+WHERE session_id IN (SELECT session_id FROM temp.doomed)
+  AND trace_id NOT IN (
+    SELECT trace_id FROM main.session_traces
+    WHERE session_id NOT IN (SELECT session_id FROM temp.doomed)
+  )
+"""
+
+_UNUSED_STEPS = "FROM main.steps WHERE hash NOT IN (SELECT hash FROM temp.live_steps)"
+_UNUSED_BLOBS = "FROM main.blobs WHERE hash NOT IN (SELECT hash FROM temp.live_blobs)"
+_GONE_SPANS = "FROM main.pending_spans WHERE trace_id IN (SELECT trace_id FROM temp.gone_traces)"
+_GONE_LOGS = "FROM main.pending_logs WHERE trace_id IN (SELECT trace_id FROM temp.gone_traces)"
+
 
 @dataclass(frozen=True)
 class PruneResult:
     """What :meth:`CheckpointStore.prune` deleted (or, with ``dry_run``, would delete):
     ``sessions``, then the ``steps`` rows and ``blobs`` (``blob_bytes`` of content) that no
-    remaining session uses."""
+    remaining session uses, and the ``pending`` span and log rows the receiver kept of traces
+    only those sessions held."""
 
     sessions: list[str] = field(default_factory=list)
     steps: int = 0
     blobs: int = 0
     blob_bytes: int = 0
+    pending: int = 0
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,6 +81,7 @@ class PruneResult:
             "steps": self.steps,
             "blobs": self.blobs,
             "blob_bytes": self.blob_bytes,
+            "pending": self.pending,
             "dry_run": self.dry_run,
         }
 
@@ -61,73 +90,110 @@ def prune(
     conn: sqlite3.Connection,
     session_ids: Collection[str],
     saved_before_ns: int | None,
+    *,
+    delete: bool = True,
 ) -> PruneResult:
-    """Delete ``session_ids`` and the sessions last saved before ``saved_before_ns`` (ns since
-    the epoch), then every step row and blob no remaining session reaches, on ``conn`` (in a
-    write transaction: the caller commits or rolls back)."""
-    doomed = dict.fromkeys(session_ids)
-    if saved_before_ns is not None:
-        doomed.update(
-            dict.fromkeys(
-                sid
-                for (sid,) in conn.execute(
-                    "SELECT session_id FROM sessions WHERE saved_ns < ? ORDER BY saved_ns",
-                    (saved_before_ns,),
-                )
-            )
-        )
-    deleted = []
-    for session_id in doomed:
-        if conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,)).rowcount:
-            conn.execute("DELETE FROM session_traces WHERE session_id=?", (session_id,))
-            deleted.append(session_id)
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS live_steps(hash TEXT PRIMARY KEY) WITHOUT ROWID")
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS live_blobs(hash TEXT PRIMARY KEY) WITHOUT ROWID")
+    """Find ``session_ids`` and the sessions last saved before ``saved_before_ns`` (ns since
+    the epoch), every step row and blob no other session reaches, and the pending rows of
+    traces only they held; delete them all when ``delete``, else only count them. On
+    ``conn``, inside the caller's transaction. Raises :class:`StoreError`, having deleted
+    nothing, when a remaining session's chain is damaged (a step missing, a header that
+    cannot be read or does not link as its row does): the content it uses could not be told
+    from unused content."""
+    for statement in _TEMP:
+        conn.execute(statement)
     try:
+        doomed = _doomed(conn, session_ids, saved_before_ns)
+        conn.executemany("INSERT INTO temp.doomed(session_id) VALUES (?)", ((s,) for s in doomed))
         conn.execute(_LIVE_STEPS)
+        _check_chains(conn)
         conn.executemany(
             "INSERT OR IGNORE INTO temp.live_blobs(hash) VALUES (?)",
             ((address,) for address in _live_blobs(conn)),
         )
-        steps = conn.execute(
-            "DELETE FROM main.steps WHERE hash NOT IN (SELECT hash FROM temp.live_steps)"
-        ).rowcount
-        (blob_bytes,) = conn.execute(
-            "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM main.blobs "
-            "WHERE hash NOT IN (SELECT hash FROM temp.live_blobs)"
+        # (a store older than the trace index or the pending tables, read for a dry run, has
+        # neither: nothing of them to count)
+        tables = {name for (name,) in conn.execute("SELECT name FROM main.sqlite_master")}
+        traced = "session_traces" in tables
+        if traced:
+            conn.execute(_GONE_TRACES)
+        pending = [q for q, t in ((_GONE_SPANS, "pending_spans"), (_GONE_LOGS, "pending_logs"))
+                   if t in tables]  # fmt: skip
+        (steps,) = conn.execute(f"SELECT COUNT(*) {_UNUSED_STEPS}").fetchone()
+        blobs, blob_bytes = conn.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) {_UNUSED_BLOBS}"
         ).fetchone()
-        blobs = conn.execute(
-            "DELETE FROM main.blobs WHERE hash NOT IN (SELECT hash FROM temp.live_blobs)"
-        ).rowcount
+        rows = sum(conn.execute(f"SELECT COUNT(*) {query}").fetchone()[0] for query in pending)
+        if delete:
+            for table in ("sessions", "session_traces") if traced else ("sessions",):
+                conn.execute(
+                    f"DELETE FROM main.{table} "
+                    "WHERE session_id IN (SELECT session_id FROM temp.doomed)"
+                )
+            for unused in (_UNUSED_STEPS, _UNUSED_BLOBS, *pending):
+                conn.execute(f"DELETE {unused}")
     finally:
-        conn.execute("DELETE FROM temp.live_steps")
-        conn.execute("DELETE FROM temp.live_blobs")
-    return PruneResult(deleted, steps, blobs, blob_bytes)
+        for table in ("doomed", "live_steps", "live_blobs", "gone_traces"):
+            conn.execute(f"DELETE FROM temp.{table}")
+    return PruneResult(doomed, steps, blobs, blob_bytes, rows, dry_run=not delete)
+
+
+def _doomed(
+    conn: sqlite3.Connection, session_ids: Collection[str], saved_before_ns: int | None
+) -> list[str]:
+    """The stored sessions among ``session_ids``, then those saved before the time."""
+    doomed = dict.fromkeys(
+        sid
+        for sid in session_ids
+        if conn.execute("SELECT 1 FROM sessions WHERE session_id=?", (sid,)).fetchone()
+    )
+    if saved_before_ns is not None:
+        query = "SELECT session_id FROM sessions WHERE saved_ns < ? ORDER BY saved_ns"
+        doomed.update(dict.fromkeys(sid for (sid,) in conn.execute(query, (saved_before_ns,))))
+    return list(doomed)
+
+
+def _check_chains(conn: sqlite3.Connection) -> None:
+    """Every remaining session's walk reached the genesis step: none stopped at a step whose
+    row is missing (the steps before it would look unused)."""
+    missing = conn.execute(
+        "SELECT hash FROM temp.live_steps WHERE hash != ? "
+        "AND hash NOT IN (SELECT hash FROM main.steps) LIMIT 1",
+        (GENESIS_HASH,),
+    ).fetchone()
+    if missing is not None:
+        raise StoreError(
+            f"a session's chain is broken (step {missing[0]} is missing), so the steps and "
+            "content before the break cannot be told from unused ones: nothing was pruned "
+            "(agent-replay verify names the damaged session; prune it by its id first)"
+        )
 
 
 def _live_blobs(conn: sqlite3.Connection) -> Iterator[str]:
     """Where the inputs and output of every reached step are stored; a step header that
-    cannot be read stops the prune (its blobs cannot be told from unused ones)."""
+    cannot be read, or that names another predecessor than its row, stops the prune."""
     rows = conn.execute(
-        "SELECT s.hash, s.header FROM main.steps AS s JOIN temp.live_steps AS l ON s.hash = l.hash"
+        "SELECT s.hash, s.prev, s.header FROM main.steps AS s "
+        "JOIN temp.live_steps AS l ON s.hash = l.hash"
     )
-    for step_hash, header_bytes in rows:
+    for step_hash, prev, header_bytes in rows:
         try:
             header = canonical.decode(header_bytes)
             addresses = [header.get(f"{part}_blob") or header[f"{part}_hash"] for part in _PARTS]
+            linked = header["prev"] == prev
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            problem = f"cannot be read ({exc})"
+        else:
+            problem = None if linked else "names another predecessor than its row"
+            if problem is None and not all(isinstance(a, str) for a in addresses):
+                problem = "names its content with something other than a string"
+        if problem is not None:
             raise StoreError(
-                f"step {step_hash} cannot be read ({exc}), so the content it uses cannot be "
-                "told from unused content: nothing was pruned (agent-replay verify names the "
-                "damaged session; prune it by its id first)"
-            ) from None
-        for address in addresses:
-            if not isinstance(address, str):
-                raise StoreError(
-                    f"step {step_hash} names its content with a {type(address).__name__}: "
-                    "nothing was pruned (agent-replay verify names the damaged session)"
-                )
-            yield address
+                f"step {step_hash} {problem}, so the content it uses cannot be told from "
+                "unused content: nothing was pruned (agent-replay verify names the damaged "
+                "session; prune it by its id first)"
+            )
+        yield from addresses
 
 
 _PARTS = ("input", "output")

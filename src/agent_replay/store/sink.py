@@ -31,7 +31,13 @@ from dataclasses import replace
 from typing import Any
 
 from ..capture.context import native_run_in_progress
-from ..errors import AgentReplayError, ChainIntegrityError, SessionChangedError, StoreError
+from ..errors import (
+    AgentReplayError,
+    ChainIntegrityError,
+    SessionChangedError,
+    SessionNotFoundError,
+    StoreError,
+)
 from ..mapping.assemble import assemble, continue_session, merge
 from ..mapping.spans import (
     LogEvent,
@@ -446,6 +452,7 @@ def merged_with_stored(
     covered: Collection[tuple[str, str]] | None = None,
     replace_untraced: bool = False,
     warnings: list[str] | None = None,
+    read: dict[str, str | None] | None = None,
 ) -> Trajectory | Continuation:
     """``trajectory`` as it is to be saved beside the stored session of the same id (other
     traces of the same conversation, or earlier spans of its own traces): when it follows
@@ -461,11 +468,17 @@ def merged_with_stored(
     does it replace a stored session whose content is damaged (:class:`ChainIntegrityError`):
     that one is kept for inspection and it goes to ``<id>.unmerged`` (said in ``warnings`` if
     given, else logged). A session that cannot be read for now (:class:`StoreError`: a full
-    disk, a lock) raises: the caller keeps the spans and tries again later."""
+    disk, a lock) raises: the caller keeps the spans and tries again later.
+
+    ``read`` (when given) gets the digest of each stored session this read whole (``None``
+    for one there was not): a whole trajectory returned is to be written only if its session
+    still has that digest (``expect`` of :meth:`CheckpointStore.save_many`)."""
+    read = {} if read is None else read
     traced = bool(trajectory.metadata.get("trace_ids"))
     if traced and not replace_untraced and native_run_in_progress(trajectory.session_id):
-        return _aside(store, trajectory, follow, covered, warnings)
+        return _aside(store, trajectory, follow, covered, warnings, read)
     if trajectory.session_id not in store:
+        read[trajectory.session_id] = None
         return trajectory
     try:
         if follow:
@@ -473,8 +486,12 @@ def merged_with_stored(
             if continuation is not None:
                 return continuation
         old = store.load(trajectory.session_id, inputs=False)  # merged, not replayed
+    except SessionNotFoundError:  # deleted since (a prune): the trajectory is all there is
+        read[trajectory.session_id] = None
+        return trajectory
     except ChainIntegrityError as exc:
         if replace_untraced and not traced:
+            read.update(store.digests([trajectory.session_id]))
             return trajectory  # the whole session, given again
         message = (
             f"session {trajectory.session_id} is damaged ({exc}): kept as it is for "
@@ -484,12 +501,13 @@ def merged_with_stored(
             _log.warning("agent-replay: %s", message)
         else:
             warnings.append(message)
-        return _aside(store, trajectory, follow, covered, warnings, suffix=".unmerged")
+        return _aside(store, trajectory, follow, covered, warnings, read, suffix=".unmerged")
+    read[old.session_id] = old.digest
     if not old.metadata.get("trace_ids"):
         if replace_untraced:
             return trajectory
         if traced:
-            return _aside(store, trajectory, follow, covered, warnings)
+            return _aside(store, trajectory, follow, covered, warnings, read)
     return merge(old, trajectory, covered=covered)
 
 
@@ -499,6 +517,7 @@ def _aside(
     follow: bool,
     covered: Collection[tuple[str, str]] | None,
     warnings: list[str] | None,
+    read: dict[str, str | None],
     suffix: str = ".otel",
 ) -> Trajectory | Continuation:
     """``trajectory`` under ``<id><suffix>``, merged with what is stored there: its id belongs
@@ -513,7 +532,13 @@ def _aside(
             moved.session_id,
         )
     return merged_with_stored(
-        store, moved, follow=follow, covered=covered, replace_untraced=False, warnings=warnings
+        store,
+        moved,
+        follow=follow,
+        covered=covered,
+        replace_untraced=False,
+        warnings=warnings,
+        read=read,
     )
 
 
@@ -580,16 +605,12 @@ def save_merged(
 
     def attempt(follow: bool) -> None:
         taken, gone = adopt(store, trajectories, covered)
-        # read before merging: a write after this is caught, one before is merged (or, at
-        # worst, caught too and merged on the next attempt)
-        ids = {
-            sid
-            for t in taken
-            for sid in (t.session_id, f"{t.session_id}.otel", f"{t.session_id}.unmerged")
-        }
-        read = store.digests(ids)
+        # the digest of every session as it was read whole (or found absent): a write after
+        # that read is caught, and the merge done again on the next attempt
+        read: dict[str, str | None] = {}
         items = [
-            merged_with_stored(store, t, follow=follow, covered=covered, **options) for t in taken
+            merged_with_stored(store, t, follow=follow, covered=covered, read=read, **options)
+            for t in taken
         ]
         expect = {
             item.session_id: read[item.session_id]

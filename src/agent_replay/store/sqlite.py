@@ -543,6 +543,23 @@ class CheckpointStore:
             conn.execute("DELETE FROM meta WHERE key='write_check'")
 
     @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction on this thread's connection: the statements of a load see
+        one state of the file. (Read one by one, a prune or merge committed by another
+        connection between them made a sound session look damaged: its head row or blobs
+        gone.) Inside a transaction already, that one."""
+        conn = self._conn()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:  # (SQLite may have ended it on an I/O error)
+                conn.execute("COMMIT")
+
+    @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
         error; refuses a store file deleted or replaced while open."""
@@ -851,35 +868,40 @@ class CheckpointStore:
     ) -> PruneResult:
         """Delete ``session_ids`` and every session last saved before ``saved_before_ns``
         (nanoseconds since the epoch), then the step rows and blobs no remaining session uses
-        (left by deleted sessions, and by steps a merge moved), in one transaction; with
-        neither, only the unused rows. With ``dry_run``, what would be deleted, nothing
-        changed. Writers wait meanwhile (the busy timeout; the receiver answers 503 past it).
-        The file keeps its size, its free pages reused by later writes: :meth:`vacuum` gives
-        them back. A fork of a deleted session keeps every step it uses; its lineage still
-        names the parent. Raises :class:`StoreError` when a remaining session's step cannot
-        be read (nothing is deleted then)."""
+        (left by deleted sessions, and by steps a merge moved), and the spans and log records
+        the receiver kept of traces only the deleted sessions held, in one transaction; with
+        neither, only the unused rows. Writers wait meanwhile (the busy timeout; the receiver
+        answers 503 past it). With ``dry_run``, what would be deleted, read in one snapshot
+        (no write, no lock: it works on a store opened read-only). The file keeps its size,
+        its free pages reused by later writes: :meth:`vacuum` gives them back. A fork of a
+        deleted session keeps every step it uses; its lineage still names the parent. Raises
+        :class:`StoreError`, having deleted nothing, when a remaining session's chain is
+        damaged."""
+        ids = list(session_ids)
         with self._sqlite_errors("prune"):
-            try:
-                with self._transaction() as conn:
-                    result = prune_unused(conn, list(session_ids), saved_before_ns)
-                    if dry_run:
-                        raise _DryRun(result)
-            except _DryRun as rolled_back:
-                return replace(rolled_back.result, dry_run=True)
-        return result
+            if dry_run:
+                with self._snapshot() as conn:
+                    return prune_unused(conn, ids, saved_before_ns, delete=False)
+            with self._transaction() as conn:
+                return prune_unused(conn, ids, saved_before_ns)
 
     def vacuum(self) -> tuple[int, int]:
         """Rebuild the file without its free pages (SQLite's ``VACUUM``: it needs free disk
         room for a copy of the store, and holds the store against every other reader and
-        writer while it runs). Returns the file's size in bytes before and after, each
-        measured after a checkpoint has moved the write-ahead log into it."""
+        writer while it runs). Returns the bytes the store took on disk before and after, its
+        write-ahead log included (a checkpoint moves the log into the file first, but one that
+        other connections keep busy cannot)."""
         with self._sqlite_errors("vacuum"):
             conn = self._conn()
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            before = self.path.stat().st_size
+            before = self._disk_bytes()
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return before, self.path.stat().st_size
+            return before, self._disk_bytes()
+
+    def _disk_bytes(self) -> int:
+        wal = self.path.with_name(self.path.name + "-wal")
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     def trace_sessions(self, trace_ids: Iterable[str]) -> dict[str, list[str]]:
         """The stored sessions holding each of ``trace_ids``, the one written first first
@@ -968,7 +990,7 @@ class CheckpointStore:
         :class:`ChainIntegrityError` naming the first bad step for a damaged session and
         :class:`StoreError` when SQLite cannot read the file.
         """
-        with self._sqlite_errors(f"load session {session_id!r}"):
+        with self._sqlite_errors(f"load session {session_id!r}"), self._snapshot():
             return self._load(session_id, inputs)
 
     def load_end(self, session_id: str) -> SessionEnd:
@@ -976,8 +998,7 @@ class CheckpointStore:
         needed to seal new steps after it (:class:`~agent_replay.model.Continuation`). The
         header, the last step and its content are checked as :meth:`load` checks them; the
         steps before are not read. Raises what :meth:`load` raises."""
-        with self._sqlite_errors(f"load session {session_id!r}"):
-            conn = self._conn()
+        with self._sqlite_errors(f"load session {session_id!r}"), self._snapshot() as conn:
             session, head, n_steps, broken = self._session(conn, session_id)
             if not n_steps:
                 return SessionEnd(session, 0, None)
@@ -1145,6 +1166,10 @@ class CheckpointStore:
         for sid in ids:
             try:
                 traj = self.load(sid)
+            except SessionNotFoundError:
+                if session_id is not None:
+                    raise
+                continue  # deleted since it was listed (a prune meanwhile)
             except ChainIntegrityError as exc:
                 with self._sqlite_errors("verify"):
                     row = (
@@ -1166,13 +1191,6 @@ class CheckpointStore:
                 table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
                 for table in ("sessions", "steps", "blobs")
             }
-
-
-class _DryRun(Exception):
-    """Rolls back :meth:`CheckpointStore.prune`'s transaction, carrying what it found."""
-
-    def __init__(self, result: PruneResult) -> None:
-        self.result = result
 
 
 def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[CheckpointStore, bool]:
