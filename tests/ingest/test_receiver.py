@@ -5,7 +5,6 @@ import json
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -38,6 +37,7 @@ from opentelemetry.trace import set_span_in_context
 from agent_replay import CheckpointStore
 from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
+from collect_process import start_collect_process
 from slow_client import trickle
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
@@ -674,30 +674,6 @@ def test_tls_for_both_transports(served, db_path, tmp_path, monkeypatch):
     assert sorted(pending_ids(db_path)) == sorted(sent)
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.post(f"http://localhost:{collector.http_port}/v1/traces", data=b"", timeout=5)
-
-
-def start_collect_process(db_path, *extra):
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from agent_replay.cli import main; main()",
-            "collect",
-            "--db",
-            str(db_path),
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "off",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = process.stdout.readline()
-    assert line.startswith("listening otlp/http"), line + process.stderr.read()
-    return process, int(line.rsplit(":", 1)[1])
 
 
 def export_children_only(port):

@@ -16,6 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from collect_process import start_collect_process
+
 glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
     reason="about glibc's malloc",
@@ -70,29 +72,9 @@ def _post(port, body, encoding=None):
 def test_large_requests_on_many_connections_leave_no_memory_behind(tmp_path):
     """Eight clients each send gzip bombs (413 at the 64 MiB cap, or 429 while the others
     hold the memory budget) and 3 MiB exports. Before the mmap threshold was pinned, 75 to
-    108 MiB of freed memory stayed resident afterwards (five runs); pinned, 14 to 18 MiB."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from agent_replay.cli import main; main()",
-            "collect",
-            "--db",
-            str(tmp_path / "store.sqlite"),
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "off",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
+    108 MiB of freed memory stayed resident afterwards (six runs); pinned, 14 to 18 MiB."""
+    process, port = start_collect_process(tmp_path / "store.sqlite", env=_env())
     try:
-        line = process.stdout.readline()
-        assert line.startswith("listening otlp/http"), line + process.stderr.read()
-        port = int(line.rsplit(":", 1)[1])
         for n in range(20):  # warm up: imports, the store's connections, caches
             assert _post(port, _export(1000, f"warm{n}")) == 200
         time.sleep(2)
