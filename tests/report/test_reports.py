@@ -187,6 +187,9 @@ def test_point_of_no_return():
     assert point_of_no_return(few, 4) == 3
     few[2]["interval"] = {"low": 0.91, "high": 1.0}  # many rollouts: within the margin
     assert point_of_no_return(few, 4) == 2
+    # steps 2 and 3 are never re-drawn (observation-only): F(2) is F(4) by construction
+    few[2]["interval"] = {"low": 0.5, "high": 1.0}
+    assert point_of_no_return(few, 4, held={2, 3}) == 2
 
 
 # -- HTML -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ something that is neither a result nor a report dict.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -122,9 +122,13 @@ class Explanation:
         return "\n".join(lines)
 
 
-def point_of_no_return(curve: Sequence[Mapping[str, Any]], n: int) -> int | None:
+def point_of_no_return(
+    curve: Sequence[Mapping[str, Any]], n: int, held: Collection[int] = ()
+) -> int | None:
     """The first evaluated position from which the failure stays locked in (see the module
-    docstring); ``None`` when the factual replays do not reproduce the failure."""
+    docstring); ``None`` when the factual replays do not reproduce the failure. ``held``:
+    the steps no rollout re-draws (observation-only); a position after which only those
+    follow is locked in by construction, whatever its interval."""
     points = sorted(
         (p for p in curve if finite(p.get("failure_rate"))), key=lambda p: p["position"]
     )
@@ -135,7 +139,7 @@ def point_of_no_return(curve: Sequence[Mapping[str, Any]], n: int) -> int | None
     found = n
     for point in reversed(points):
         interval = point["interval"]
-        settled = (
+        settled = all(i in held for i in range(point["position"], n)) or (
             point["failure_rate"] >= 0.5
             and interval["low"] - _TOL <= target <= interval["high"] + _TOL
             and interval["low"] >= target - LOCK_MARGIN - _TOL
@@ -155,7 +159,8 @@ def explain(result: Any, trajectory: Trajectory | Mapping[str, Any] | None = Non
     event = "success" if credit else "failure"
     steps = data.get("steps") or []
     culprit = data.get("culprit_index")
-    pnr = point_of_no_return(data.get("curve") or [], n)
+    held = {s["index"] for s in steps if s.get("observation_only")}
+    pnr = point_of_no_return(data.get("curve") or [], n, held)
     trace = tuple(_trace(data, steps, culprit, pnr, event))
     return Explanation(
         verdict=str(data["verdict"]),
