@@ -135,3 +135,11 @@ def test_side_by_side_rows_of_the_published_package(published_venv):
     row = next(line for line in out.splitlines() if line.startswith("A "))
     assert "nan" not in row  # the published package's accuracy and cost were measured
     assert ", published " in out
+
+
+def test_write_amplification_accounts_for_the_bytes_of_a_tree():
+    root = str(BENCHMARKS.parent)
+    script = str(BENCHMARKS / "write_amp.py")
+    out = run_script(script, f"here={root}", "--runs", "20", "--mode", "single").stdout
+    for row in ("commit spans (add_pending)", "mark assembled", "checkpoints (WAL to file)"):
+        assert row in out

@@ -317,3 +317,134 @@ def test_log_records_wait_apart_until_their_trace_has_a_span(db_path):
         assert store.load(TRACE).steps[0].action == CALL  # the record joined its span
         states = dict(store._conn().execute("SELECT trace_id, state FROM pending_logs"))
         assert states == {TRACE: 1, "8" * 32: 2}
+
+
+def _pending_rows(path) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(path)
+    rows = {
+        "spans": conn.execute(
+            "SELECT trace_id, span_id, data, is_root, received_ns, state FROM pending_spans "
+            "ORDER BY trace_id, span_id"
+        ).fetchall(),
+        "logs": conn.execute(
+            "SELECT digest, trace_id, span_id, data, received_ns, state FROM pending_logs "
+            "ORDER BY digest"
+        ).fetchall(),
+    }
+    conn.close()
+    return rows
+
+
+def _rowid_tables(path) -> set[str]:
+    conn = sqlite3.connect(path)
+    tables = {
+        name
+        for name in ("pending_spans", "pending_logs")
+        if "WITHOUT ROWID"
+        not in conn.execute("SELECT sql FROM sqlite_master WHERE name=?", (name,)).fetchone()[0]
+    }
+    conn.close()
+    return tables
+
+
+def test_pending_rows_are_stored_in_the_order_they_arrive(db_path):
+    """Rowid tables: a commit's spans go to the table's last pages, not to random pages of
+    a table ordered by trace id (more bytes written per span received: receiver.md);
+    the trace and span id still key them, so a retried export is stored once."""
+    with CheckpointStore(db_path) as store:
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        assert sink.add([tool(3, trace="f" * 32), tool(2, trace="0" * 32)]) == (2, 0)
+        assert sink.add([tool(3, trace="f" * 32), agent(trace="8" * 32)]) == (1, 0)
+        order = store._conn().execute("SELECT trace_id FROM pending_spans ORDER BY rowid")
+        assert [row[0][0] for row in order] == ["f", "0", "8"]
+    assert _rowid_tables(db_path) == {"pending_spans", "pending_logs"}
+
+
+def test_a_receiver_moves_the_pending_rows_of_a_store_written_by_the_release_before(tmp_path):
+    """``data/schema4-pending.sqlite`` was written by agent-replay at commit 658d471 (pending
+    tables WITHOUT ROWID, see data/README.md): an assembled trace (a1...) with a log record,
+    a span waiting for its root (b2...) and a log record waiting for its trace's first span
+    (c3...). Opening it changes nothing; a receiver (a DurableSpanSink) moves its pending
+    tables to rowid tables with every row as it was, and goes on from there."""
+    db = tmp_path / "old.sqlite"
+    shutil.copyfile(Path(__file__).parent / "data" / "schema4-pending.sqlite", db)
+    a, b, c = "a1" * 16, "b2" * 16, "c3" * 16
+    before = _pending_rows(db)
+    counts = {"spans_waiting": 1, "spans_assembled": 3, "logs_waiting": 1, "logs_assembled": 1}
+    with CheckpointStore(db, read_only=True) as store:
+        assert store.pending_counts() == counts
+    with CheckpointStore(db) as store:  # the older layout reads and writes as it is
+        assert store.pending_counts() == counts
+        assert _rowid_tables(db) == set()
+        sink = DurableSpanSink(store, idle_seconds=3600)
+        assert _rowid_tables(db) == {"pending_spans", "pending_logs"}
+        assert _pending_rows(db) == before
+        assert _indexes(db) >= PENDING_INDEXES | {"pending_spans_state", "pending_logs_trace"}
+        store.index_pending()  # nothing left to do
+        assert store.pending_counts() == counts
+        stored = store.load(a)
+        assert [s.span_id[-1] for s in stored.steps] == ["2", "3"]
+        # a retried export stores nothing twice; a late span re-assembles its trace whole
+        assert sink.add([tool(3, trace=a, result="x" * 5000)]) == (0, 0)
+        assert sink.add([tool(4, trace=a, result="late")]) == (1, 0)
+        # b's root arrives, and c's first span brings its log record back
+        chat = span(2, 1, trace=c, **{"gen_ai.operation.name": "chat"})
+        assert sink.add([agent(trace=b), agent(trace=c), chat]) == (3, 0)
+        assert sink.assemble_ready() == 3
+        assert [s.span_id[-1] for s in store.load(a).steps] == ["2", "3", "4"]
+        assert store.load(a).steps[1].action == "x" * 5000  # (the row on an overflow page)
+        assert [s.span_id[-1] for s in store.load(b).steps] == ["3"]
+        (step,) = store.load(c).steps
+        assert step.action == [
+            {"role": "assistant", "parts": [{"type": "text", "content": "apart"}]}
+        ]
+        assert store.pending_counts() == {
+            "spans_waiting": 0,
+            "spans_assembled": 8,
+            "logs_waiting": 0,
+            "logs_assembled": 2,
+        }
+        assert all(result.ok for result in store.verify())
+        sink.retain_seconds = 0
+        assert sink.purge() == 10
+    conn = sqlite3.connect(db)
+    version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    conn.close()
+    assert int(version) == SCHEMA_VERSION == 4  # the same schema: only the layout moved
+
+
+def test_moving_the_pending_tables_is_all_or_nothing(tmp_path, monkeypatch, caplog):
+    """A receiver that cannot move them (the store locked by another writer, a failure half
+    way: here while making the second table) goes on with the older layout, every row as it
+    was; the next start moves them."""
+    from agent_replay.store import sqlite as store_sqlite
+
+    db = tmp_path / "old.sqlite"
+    shutil.copyfile(Path(__file__).parent / "data" / "schema4-pending.sqlite", db)
+    before = _pending_rows(db)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with CheckpointStore(db, busy_timeout=0.1) as store:
+        DurableSpanSink(store)
+    other.execute("ROLLBACK")
+    other.close()
+    assert _rowid_tables(db) == set() and _pending_rows(db) == before
+
+    statements = store_sqlite._pending_statements
+
+    def failing(table=None):
+        if table == "pending_logs":
+            raise sqlite3.OperationalError("disk I/O error")
+        return statements(table)
+
+    monkeypatch.setattr(store_sqlite, "_pending_statements", failing)
+    with CheckpointStore(db) as store:
+        DurableSpanSink(store)
+        assert store.pending_counts()["spans_waiting"] == 1
+    assert _rowid_tables(db) == set() and _pending_rows(db) == before
+    assert "could not index" in caplog.text
+    monkeypatch.setattr(store_sqlite, "_pending_statements", statements)
+    with CheckpointStore(db) as store:
+        DurableSpanSink(store)
+    assert _rowid_tables(db) == {"pending_spans", "pending_logs"}
+    assert _pending_rows(db) == before

@@ -314,3 +314,22 @@ def test_a_merge_two_asides_deep_is_checked_against_what_it_read(db_path, monkey
     finally:
         store.close()
         other.close()
+
+
+def test_what_a_prune_deletes_is_zeroed_in_the_file(db_path):
+    """The store's connections leave whole freed pages as they were (secure_delete=FAST:
+    the receiver's purge wrote most of its bytes zeroing them); a prune zeroes what it
+    deletes, freed pages included, once the log is checkpointed into the file."""
+    import sqlite3
+
+    secret = "s3cret-prompt-" * 400  # over a page: its overflow pages are freed whole
+    with CheckpointStore(db_path) as store:
+        store.save(run("keep", [1]))
+        drafts = [StepDraft(kind=StepKind.LLM, name="ask", inputs={"p": secret}, action="a")]
+        store.save(Trajectory("gone", chain_steps(drafts)))
+        store.prune(["gone"])
+        assert store._conn().execute("PRAGMA secure_delete").fetchone()[0] == 2  # FAST again
+    checkpoint = sqlite3.connect(db_path)
+    checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    checkpoint.close()
+    assert b"s3cret-prompt-" not in Path(db_path).read_bytes()

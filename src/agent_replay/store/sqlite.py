@@ -16,7 +16,8 @@ Layout (schema version in ``meta``):
   acknowledged but not yet assembled into trajectories (``state`` 0), and, for a while after
   assembly (``state`` 1), the spans of assembled traces so that late spans re-assemble the
   whole trace. Rows are keyed by trace and span id (log records by a digest of their content),
-  so a retried export is stored once.
+  so a retried export is stored once; they are stored in the order they arrived (rowid
+  tables, the key a unique index: see ``_PENDING_TABLES``).
 * ``session_traces(trace_id, session_id)`` (schema 3): which sessions hold steps of which
   OTel trace, written with the session rows, so that spans of a trace stored earlier (late
   spans, another service's part of a distributed trace, the next file of an import, spans
@@ -108,7 +109,26 @@ CREATE TABLE IF NOT EXISTS sessions (
     saved_ns INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_session);
-CREATE TABLE IF NOT EXISTS pending_spans (
+CREATE TABLE IF NOT EXISTS session_traces (
+    trace_id TEXT NOT NULL, session_id TEXT NOT NULL, PRIMARY KEY (trace_id, session_id)
+);
+CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces(session_id);
+"""
+
+# The receiver's pending tables (schema 2): their columns, and the indexes every store has.
+# Rowid tables (their key, trace and span id or a log record's digest, a unique index beside
+# them), so that rows are stored in the order they arrive: a commit of received spans fills
+# the table's last pages, marking a trace assembled rewrites the recent pages its rows are on,
+# and the purge empties the first pages; a row is kept whole on its page up to about 8 KB.
+# Stores made before were WITHOUT ROWID tables ordered by that key: every commit's traces went
+# to random pages of the table (and split them), rows over about 2 KB spilled onto overflow
+# pages, and a receiver wrote more to disk per span received (docs/receiver.md, "Disk
+# writes"). Every statement reads and writes both layouts alike, so a store of the
+# older one works as it is (as does a store of this one for a version that knows only the
+# older); a receiver moves an older store's tables to rowid tables when it starts
+# (:meth:`CheckpointStore.index_pending`).
+_PENDING_TABLES = {
+    "pending_spans": """
     trace_id TEXT NOT NULL,
     span_id TEXT NOT NULL,
     data BLOB NOT NULL,
@@ -116,37 +136,43 @@ CREATE TABLE IF NOT EXISTS pending_spans (
     received_ns INTEGER NOT NULL,
     state INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (trace_id, span_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS pending_spans_state ON pending_spans(state, trace_id);
-CREATE TABLE IF NOT EXISTS pending_logs (
+""",
+    "pending_logs": """
     digest TEXT PRIMARY KEY,
     trace_id TEXT NOT NULL,
     span_id TEXT NOT NULL,
     data BLOB NOT NULL,
     received_ns INTEGER NOT NULL,
     state INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS pending_logs_trace ON pending_logs(trace_id, state);
-CREATE TABLE IF NOT EXISTS session_traces (
-    trace_id TEXT NOT NULL, session_id TEXT NOT NULL, PRIMARY KEY (trace_id, session_id)
-);
-CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces(session_id);
-"""
-
+""",
+}
+_PENDING_TABLE_INDEXES = {
+    "pending_spans_state": ("pending_spans", "state, trace_id"),
+    "pending_logs_trace": ("pending_logs", "trace_id, state"),
+}
 # Indexes of the pending tables that no schema version requires (a store without them reads
 # and writes the same, slower): new stores have them, and a receiver adds them to an older
 # store when it starts. Without them, the purge and every look for traces ready to assemble
 # read the whole tables, span data included (the purge, under the write lock every minute:
 # 0.55 s at 100k spans of 4 kB, 1.2 s at 150k).
 _PENDING_INDEXES = {
-    "pending_spans_received": "pending_spans(received_ns)",
-    "pending_logs_received": "pending_logs(received_ns)",
-    "pending_logs_waiting": "pending_logs(state, trace_id, received_ns)",
+    "pending_spans_received": ("pending_spans", "received_ns"),
+    "pending_logs_received": ("pending_logs", "received_ns"),
+    "pending_logs_waiting": ("pending_logs", "state, trace_id, received_ns"),
 }
-_PENDING_INDEX_SQL = "".join(
-    f"CREATE INDEX IF NOT EXISTS {name} ON {columns};\n"
-    for name, columns in _PENDING_INDEXES.items()
-)
+
+
+def _pending_statements(table: str | None = None) -> list[str]:
+    """The statements that make the pending tables (only ``table`` if given) and all their
+    indexes, where they are missing."""
+    tables = [table] if table is not None else list(_PENDING_TABLES)
+    indexes = {**_PENDING_TABLE_INDEXES, **_PENDING_INDEXES}
+    return [f"CREATE TABLE IF NOT EXISTS {name} ({_PENDING_TABLES[name]})" for name in tables] + [
+        f"CREATE INDEX IF NOT EXISTS {name} ON {on}({columns})"
+        for name, (on, columns) in indexes.items()
+        if on in tables
+    ]
+
 
 _TABLES = frozenset({"meta", "blobs", "steps", "sessions"})
 
@@ -280,6 +306,11 @@ class CheckpointStore:
             # the WAL file is truncated back to this after a checkpoint (a big transaction,
             # a receiver's purge, grew it to hundreds of MB and it stayed that size)
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            # a deleted row's bytes are overwritten on the pages written anyway, but a page
+            # freed whole is not written once more only to zero it (what SQLite builds with
+            # SECURE_DELETE, Debian's, do by default: most of what a receiver's purge
+            # wrote); its content stays in the file's free pages until they are reused
+            conn.execute("PRAGMA secure_delete=FAST")
         except _SQLITE_FAILURES as exc:
             if self.path.exists():
                 raise StoreError(
@@ -387,7 +418,7 @@ class CheckpointStore:
             conn.execute("BEGIN IMMEDIATE")
             # again under the write lock: another process may have won
             version = self._inspect(conn)[2]
-            for statement in (_SCHEMA + _PENDING_INDEX_SQL).strip().split(";"):
+            for statement in [*_SCHEMA.strip().split(";"), *_pending_statements()]:
                 if statement.strip():
                     conn.execute(statement)
             if version < 3:  # migration → 3: the table above indexes the stored sessions
@@ -799,14 +830,26 @@ class CheckpointStore:
             conn.executemany("UPDATE pending_logs SET state=1 WHERE digest=?", [(d,) for d in logs])
 
     def index_pending(self) -> None:
-        """Add the pending tables' indexes to a store made before they existed (a one-time
-        cost on a large table; nothing when they are there)."""
-        indexes = self._conn().execute("SELECT name FROM sqlite_master WHERE type='index'")
-        if {row[0] for row in indexes} >= _PENDING_INDEXES.keys():
+        """Add the pending tables' indexes to a store made before they existed, and move
+        pending tables of the older layout (WITHOUT ROWID, see ``_PENDING_TABLES``) to rowid
+        tables with their rows, in one transaction (a one-time cost on a large table; nothing
+        when the store has both)."""
+        if self._pending_prepared(self._conn()):
             return
         with self._sqlite_errors("index pending spans"), self._transaction() as conn:
-            for name, columns in _PENDING_INDEXES.items():
-                conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {columns}")
+            for table in _PENDING_TABLES:  # (again under the write lock)
+                if not _has_rowid(conn, table):
+                    _pending_by_rowid(conn, table)
+            for statement in _pending_statements():
+                conn.execute(statement)
+
+    @staticmethod
+    def _pending_prepared(conn: sqlite3.Connection) -> bool:
+        """Whether the pending tables are rowid tables with every index."""
+        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type='index'")
+        return {row[0] for row in indexes} >= _PENDING_INDEXES.keys() and all(
+            _has_rowid(conn, table) for table in _PENDING_TABLES
+        )
 
     def purge_pending(self, *, older_than_ns: int) -> int:
         """Forget assembled spans (and log records that never found their span) received
@@ -882,8 +925,15 @@ class CheckpointStore:
             if dry_run:
                 with self._snapshot() as conn:
                     return prune_unused(conn, ids, saved_before_ns, delete=False)
-            with self._transaction() as conn:
-                return prune_unused(conn, ids, saved_before_ns)
+            conn = self._conn()
+            # what is deleted on purpose is zeroed, freed pages included (the connection's
+            # FAST setting leaves those as they were: see _conn)
+            conn.execute("PRAGMA secure_delete=ON")
+            try:
+                with self._transaction() as conn:
+                    return prune_unused(conn, ids, saved_before_ns)
+            finally:
+                conn.execute("PRAGMA secure_delete=FAST")
 
     def vacuum(self) -> tuple[int, int]:
         """Rebuild the file without its free pages (SQLite's ``VACUUM``: it needs free disk
@@ -1267,6 +1317,35 @@ def _trace_ids(metadata: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(traces, (list, tuple)):
         return ()
     return tuple(t for t in traces if isinstance(t, str))
+
+
+def _has_rowid(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether ``table`` is a rowid table (a WITHOUT ROWID table has no ``rowid`` column), or
+    there is none (nothing to move)."""
+    try:
+        conn.execute(f"SELECT rowid FROM {table} LIMIT 0")
+    except sqlite3.OperationalError as exc:
+        return "no such column" not in str(exc)
+    return True
+
+
+def _pending_by_rowid(conn: sqlite3.Connection, table: str) -> None:
+    """Move pending table ``table`` of the older layout to a rowid table of the same name,
+    columns, key and indexes, its rows in the order they arrived (in the caller's
+    transaction)."""
+    columns = ", ".join(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+    old = f"{table}_without_rowid"
+    names = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name=? AND sql IS NOT NULL",
+        (table,),
+    ).fetchall()
+    for (name,) in names:  # the new table's take these names
+        conn.execute(f"DROP INDEX {name}")
+    conn.execute(f"ALTER TABLE {table} RENAME TO {old}")
+    for statement in _pending_statements(table):
+        conn.execute(statement)
+    conn.execute(f"INSERT INTO {table}({columns}) SELECT {columns} FROM {old} ORDER BY received_ns")
+    conn.execute(f"DROP TABLE {old}")
 
 
 def _index_traces(conn: sqlite3.Connection) -> None:
