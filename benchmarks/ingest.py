@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from genai_turns import TEXT, chat_then_tool
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -38,11 +39,6 @@ from agent_replay import CheckpointStore
 from agent_replay.ingest import load
 from agent_replay.ingest.otlp import read_otlp_json, read_otlp_proto, to_otlp_json
 from agent_replay.model import chain_steps
-
-TEXT = (
-    "The quarterly report shows revenue up 12% with strong growth in the cloud segment; "
-    "operating margin improved while hardware sales declined slightly. "
-)
 
 
 def record_runs(traces: int, turns: int):
@@ -66,56 +62,15 @@ def record_runs(traces: int, turns: int):
         }
         with tracer.start_as_current_span("invoke_agent analyst", attributes=root):
             for turn in range(turns):
-                call_id = f"call_{t}_{turn}"
-                output = [
-                    {
-                        "role": "assistant",
-                        "parts": [
-                            {"type": "text", "content": TEXT[: 40 + turn]},
-                            {
-                                "type": "tool_call",
-                                "id": call_id,
-                                "name": "search",
-                                "arguments": {"query": f"q{turn}", "limit": 5},
-                            },
-                        ],
-                    }
-                ]
-                chat = {
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": "openai",
-                    "gen_ai.request.model": "gpt-4o-mini",
-                    "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
-                    "gen_ai.usage.input_tokens": 100 + turn,
-                    "gen_ai.usage.output_tokens": 20,
-                    "gen_ai.response.finish_reasons": ("tool_calls",),
-                    "gen_ai.input.messages": json.dumps(messages),
-                    "gen_ai.output.messages": json.dumps(output),
-                    "server.address": "api.openai.com",
-                    "server.port": 443,
-                }
-                with tracer.start_as_current_span("chat gpt-4o-mini", attributes=chat):
-                    pass
-                result = TEXT * 2
-                tool = {
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "search",
-                    "gen_ai.tool.call.id": call_id,
-                    "gen_ai.tool.call.arguments": json.dumps({"query": f"q{turn}", "limit": 5}),
-                    "gen_ai.tool.call.result": json.dumps(result),
-                }
-                with tracer.start_as_current_span("execute_tool search", attributes=tool):
-                    pass
-                messages = [
-                    *messages,
-                    output[0],
-                    {
-                        "role": "tool",
-                        "parts": [
-                            {"type": "tool_call_response", "id": call_id, "response": result}
-                        ],
-                    },
-                ]
+                messages = chat_then_tool(
+                    tracer,
+                    f"call_{t}_{turn}",
+                    messages,
+                    answer=TEXT[: 40 + turn],
+                    result=TEXT * 2,
+                    input_tokens=100 + turn,
+                    turn=turn,
+                )
     provider.shutdown()
     return memory.get_finished_spans()
 

@@ -41,10 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-TEXT = (
-    "The quarterly report shows revenue up 12% with strong growth in the cloud segment; "
-    "operating margin improved while hardware sales declined slightly. "
-)
+from genai_turns import TEXT, chat_then_tool
+
 SPANS_PER_EXPORT = 64
 ASSEMBLE_EVERY = 10
 PURGE_EVERY = 20
@@ -65,48 +63,14 @@ OPS = {
 
 
 def _turn(tracer, tag: str, turn: int, messages: list) -> list:
-    call_id = f"call_{tag}_{turn}"
-    output = [
-        {
-            "role": "assistant",
-            "parts": [
-                {"type": "text", "content": TEXT[: 40 + turn % 50]},
-                {
-                    "type": "tool_call",
-                    "id": call_id,
-                    "name": "search",
-                    "arguments": {"query": f"q{turn}", "limit": 5},
-                },
-            ],
-        }
-    ]
-    chat = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai",
-        "gen_ai.request.model": "gpt-4o-mini",
-        "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
-        "gen_ai.usage.input_tokens": 100,
-        "gen_ai.usage.output_tokens": 20,
-        "gen_ai.response.finish_reasons": ("tool_calls",),
-        "gen_ai.input.messages": json.dumps(messages),
-        "gen_ai.output.messages": json.dumps(output),
-        "server.address": "api.openai.com",
-        "server.port": 443,
-    }
-    with tracer.start_as_current_span("chat gpt-4o-mini", attributes=chat):
-        pass
-    result = f"{tag} {turn} " + TEXT * 2
-    tool = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": "search",
-        "gen_ai.tool.call.id": call_id,
-        "gen_ai.tool.call.arguments": json.dumps({"query": f"q{turn}", "limit": 5}),
-        "gen_ai.tool.call.result": json.dumps(result),
-    }
-    with tracer.start_as_current_span("execute_tool search", attributes=tool):
-        pass
-    part = {"type": "tool_call_response", "id": call_id, "response": result}
-    return [*messages, output[0], {"role": "tool", "parts": [part]}]
+    return chat_then_tool(
+        tracer,
+        f"call_{tag}_{turn}",
+        messages,
+        answer=TEXT[: 40 + turn % 50],
+        result=f"{tag} {turn} " + TEXT * 2,
+        turn=turn,
+    )
 
 
 def make_workload(runs: int, mode: str) -> list[bytes]:
