@@ -7,6 +7,32 @@ from __future__ import annotations
 import json
 from typing import Any
 
+
+def recording_tracer(service: str) -> tuple[Any, Any]:
+    """A tracer of the real OpenTelemetry SDK and the in-memory exporter its finished spans
+    collect in (attributes up to 256 a span: prompts are many message fields)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}),
+        span_limits=SpanLimits(max_span_attributes=256),
+    )
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider.get_tracer(service), memory
+
+
+def question(tag: str) -> list:
+    """The start of a conversation: the system prompt and the user's question."""
+    return [
+        {"role": "system", "parts": [{"type": "text", "content": "You are an analyst."}]},
+        {"role": "user", "parts": [{"type": "text", "content": f"Question {tag}: " + TEXT}]},
+    ]
+
+
 TEXT = (
     "The quarterly report shows revenue up 12% with strong growth in the cloud segment; "
     "operating margin improved while hardware sales declined slightly. "

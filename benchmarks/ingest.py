@@ -27,13 +27,9 @@ import threading
 import time
 from pathlib import Path
 
-from genai_turns import TEXT, chat_then_tool
+from genai_turns import TEXT, chat_then_tool, question, recording_tracer
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_replay import CheckpointStore
 from agent_replay.ingest import load
@@ -43,18 +39,9 @@ from agent_replay.model import chain_steps
 
 def record_runs(traces: int, turns: int):
     """Finished SDK spans of ``traces`` agent runs."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "bench-agent"}),
-        span_limits=SpanLimits(max_span_attributes=256),
-    )
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("bench")
+    tracer, memory = recording_tracer("bench-agent")
     for t in range(traces):
-        messages = [
-            {"role": "system", "parts": [{"type": "text", "content": "You are an analyst."}]},
-            {"role": "user", "parts": [{"type": "text", "content": f"Question {t}: " + TEXT}]},
-        ]
+        messages = question(str(t))
         root = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": "analyst",
@@ -71,7 +58,6 @@ def record_runs(traces: int, turns: int):
                     input_tokens=100 + turn,
                     turn=turn,
                 )
-    provider.shutdown()
     return memory.get_finished_spans()
 
 

@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from genai_turns import TEXT, chat_then_tool
+from genai_turns import TEXT, chat_then_tool, question, recording_tracer
 
 SPANS_PER_EXPORT = 64
 ASSEMBLE_EVERY = 10
@@ -76,25 +76,12 @@ def _turn(tracer, tag: str, turn: int, messages: list) -> list:
 def make_workload(runs: int, mode: str) -> list[bytes]:
     """OTLP protobuf export bodies of ``runs`` agent runs (see the module docstring)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "write-amp"}),
-        span_limits=SpanLimits(max_span_attributes=256),
-    )
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("write-amp")
+    tracer, memory = recording_tracer("write-amp")
     history: dict[int, list] = {}
     for n in range(runs):
         conv = f"s-{n}" if mode == "single" else f"conv-{n % 3}"
-        base = [
-            {"role": "system", "parts": [{"type": "text", "content": "You are an analyst."}]},
-            {"role": "user", "parts": [{"type": "text", "content": f"Question {conv}: " + TEXT}]},
-        ]
+        base = question(conv)
         root = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": "analyst",
