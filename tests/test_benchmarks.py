@@ -19,6 +19,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
     [
         ("capture.py", ["hooks on_start+on_end", "span lifecycle, wall", "worker thread"]),
         ("store.py", ["one transaction", "one per session", "load, every hash verified"]),
+        ("prune.py", ["survey, no lock", "deletion, write lock"]),
         (
             "conversation.py",
             ["continue", "merge whole", "merge whole / continue", "does not follow"],

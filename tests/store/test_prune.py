@@ -319,3 +319,31 @@ def test_what_a_prune_deletes_is_zeroed_in_the_file(db_path):
     checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     checkpoint.close()
     assert b"s3cret-prompt-" not in Path(db_path).read_bytes()
+
+
+def test_a_session_saved_between_the_survey_and_the_deletion_keeps_what_it_uses(
+    db_path, monkeypatch
+):
+    """The survey reads a snapshot under no lock; a session saved meanwhile that uses rows
+    unused when surveyed (the same run saved again: its rows are there already, so nothing
+    is written for them) is walked again in the deletion, and keeps them."""
+    from agent_replay.store import prune as pruning
+
+    trajectory = run("a", [1, 2, 3])
+    with CheckpointStore(db_path) as store, CheckpointStore(db_path) as other:
+        store.save(trajectory)
+        store.delete("a")
+        survey = pruning.survey
+
+        def survey_then_save(conn, *args):
+            found = survey(conn, *args)
+            other.save(trajectory)
+            return found
+
+        monkeypatch.setattr(pruning, "survey", survey_then_save)
+        result = store.prune()
+        assert (result.steps, result.blobs) == (0, 0)
+        assert store.load("a") == trajectory
+        monkeypatch.undo()
+        store.delete("a")
+        assert store.prune().steps == 3  # unused now: gone

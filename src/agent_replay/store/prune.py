@@ -22,31 +22,44 @@ from .. import canonical
 from ..canonical import GENESIS_HASH
 from ..errors import StoreError
 
-__all__ = ["PruneResult", "prune"]
+__all__ = ["PruneResult", "apply", "clear", "survey"]
 
-_TEMP = (
-    "CREATE TEMP TABLE IF NOT EXISTS doomed(session_id TEXT PRIMARY KEY) WITHOUT ROWID",
-    "CREATE TEMP TABLE IF NOT EXISTS live_steps(hash TEXT PRIMARY KEY) WITHOUT ROWID",
-    "CREATE TEMP TABLE IF NOT EXISTS live_blobs(hash TEXT PRIMARY KEY) WITHOUT ROWID",
-    "CREATE TEMP TABLE IF NOT EXISTS gone_traces(trace_id TEXT PRIMARY KEY) WITHOUT ROWID",
-)
+_TEMP = {
+    "doomed": "session_id TEXT PRIMARY KEY",
+    "heads": "session_id TEXT PRIMARY KEY, head TEXT NOT NULL",  # of the remaining, surveyed
+    "live_steps": "hash TEXT PRIMARY KEY",
+    "new_live": "hash TEXT PRIMARY KEY",  # reached by sessions written since the survey
+    "live_blobs": "hash TEXT PRIMARY KEY",
+    "dead_steps": "hash TEXT PRIMARY KEY",  # unused when surveyed: what may be deleted
+    "dead_blobs": "hash TEXT PRIMARY KEY",
+    "gone_traces": "trace_id TEXT PRIMARY KEY",
+}
 
-# Every step a remaining session reaches: its head, then each step's predecessor (UNION
-# keeps each once, so prefixes shared by forks are walked once).
-_LIVE_STEPS = """
-INSERT INTO temp.live_steps(hash)
+# Every step the given heads reach: each head, then each step's predecessor (UNION keeps each
+# once, so prefixes shared by forks are walked once).
+_WALK = """
+INSERT OR IGNORE INTO temp.{into}(hash)
 WITH RECURSIVE live(hash) AS (
-    SELECT head FROM main.sessions WHERE session_id NOT IN (SELECT session_id FROM temp.doomed)
+    {heads}
     UNION
     SELECT s.prev FROM main.steps AS s JOIN live ON s.hash = live.hash
 )
 SELECT hash FROM live
 """
+_REMAINING_HEADS = (
+    "SELECT head FROM main.sessions WHERE session_id NOT IN (SELECT session_id FROM temp.doomed)"
+)
+# sessions written since the survey (a new head, or none then: new, or kept from deletion)
+_CHANGED_HEADS = """
+SELECT s.head FROM main.sessions AS s LEFT JOIN temp.heads AS h ON h.session_id = s.session_id
+WHERE s.session_id NOT IN (SELECT session_id FROM temp.doomed)
+  AND (h.head IS NULL OR h.head != s.head)
+"""
 
 # Traces only deleted sessions held: their spans and log records the receiver keeps (for
 # late spans, --retain-seconds) go too, or a late span would bring the session back.
 _GONE_TRACES = """
-INSERT INTO temp.gone_traces(trace_id)
+INSERT OR IGNORE INTO temp.gone_traces(trace_id)
 SELECT DISTINCT trace_id FROM main.session_traces
 WHERE session_id IN (SELECT session_id FROM temp.doomed)
   AND trace_id NOT IN (
@@ -55,8 +68,8 @@ WHERE session_id IN (SELECT session_id FROM temp.doomed)
   )
 """
 
-_UNUSED_STEPS = "FROM main.steps WHERE hash NOT IN (SELECT hash FROM temp.live_steps)"
-_UNUSED_BLOBS = "FROM main.blobs WHERE hash NOT IN (SELECT hash FROM temp.live_blobs)"
+_DEAD_STEPS = "FROM main.steps WHERE hash IN (SELECT hash FROM temp.dead_steps)"
+_DEAD_BLOBS = "FROM main.blobs WHERE hash IN (SELECT hash FROM temp.dead_blobs)"
 _GONE_SPANS = "FROM main.pending_spans WHERE trace_id IN (SELECT trace_id FROM temp.gone_traces)"
 _GONE_LOGS = "FROM main.pending_logs WHERE trace_id IN (SELECT trace_id FROM temp.gone_traces)"
 
@@ -86,56 +99,95 @@ class PruneResult:
         }
 
 
-def prune(
-    conn: sqlite3.Connection,
-    session_ids: Collection[str],
-    saved_before_ns: int | None,
-    *,
-    delete: bool = True,
+def survey(
+    conn: sqlite3.Connection, session_ids: Collection[str], saved_before_ns: int | None
 ) -> PruneResult:
-    """Find ``session_ids`` and the sessions last saved before ``saved_before_ns`` (ns since
-    the epoch), every step row and blob no other session reaches, and the pending rows of
-    traces only they held; delete them all when ``delete``, else only count them. On
-    ``conn``, inside the caller's transaction. Raises :class:`StoreError`, having deleted
-    nothing, when a remaining session's chain is damaged (a step missing, a header that
-    cannot be read or does not link as its row does): the content it uses could not be told
-    from unused content."""
-    for statement in _TEMP:
-        conn.execute(statement)
-    try:
-        doomed = _doomed(conn, session_ids, saved_before_ns)
-        conn.executemany("INSERT INTO temp.doomed(session_id) VALUES (?)", ((s,) for s in doomed))
-        conn.execute(_LIVE_STEPS)
-        _check_chains(conn)
-        conn.executemany(
-            "INSERT OR IGNORE INTO temp.live_blobs(hash) VALUES (?)",
-            ((address,) for address in _live_blobs(conn)),
-        )
-        # (a store older than the trace index or the pending tables, read for a dry run, has
-        # neither: nothing of them to count)
-        tables = {name for (name,) in conn.execute("SELECT name FROM main.sqlite_master")}
-        traced = "session_traces" in tables
-        if traced:
-            conn.execute(_GONE_TRACES)
-        pending = [q for q, t in ((_GONE_SPANS, "pending_spans"), (_GONE_LOGS, "pending_logs"))
-                   if t in tables]  # fmt: skip
-        (steps,) = conn.execute(f"SELECT COUNT(*) {_UNUSED_STEPS}").fetchone()
-        blobs, blob_bytes = conn.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) {_UNUSED_BLOBS}"
-        ).fetchone()
-        rows = sum(conn.execute(f"SELECT COUNT(*) {query}").fetchone()[0] for query in pending)
-        if delete:
-            for table in ("sessions", "session_traces") if traced else ("sessions",):
-                conn.execute(
-                    f"DELETE FROM main.{table} "
-                    "WHERE session_id IN (SELECT session_id FROM temp.doomed)"
-                )
-            for unused in (_UNUSED_STEPS, _UNUSED_BLOBS, *pending):
-                conn.execute(f"DELETE {unused}")
-    finally:
-        for table in ("doomed", "live_steps", "live_blobs", "gone_traces"):
-            conn.execute(f"DELETE FROM temp.{table}")
-    return PruneResult(doomed, steps, blobs, blob_bytes, rows, dry_run=not delete)
+    """What a prune of ``session_ids`` and the sessions last saved before ``saved_before_ns``
+    (ns since the epoch) would delete: every step row and blob no other session reaches, and
+    the pending rows of traces only they held. Read in the caller's read transaction (no
+    lock: writers go on), and left in this connection's temp tables for :func:`apply`.
+    Raises :class:`StoreError` when a remaining session's chain is damaged (a step missing,
+    a header that cannot be read or does not link as its row does): the content it uses
+    could not be told from unused content."""
+    for name, columns in _TEMP.items():
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name}({columns}) WITHOUT ROWID")
+    clear(conn)
+    doomed = _doomed(conn, session_ids, saved_before_ns)
+    conn.executemany("INSERT INTO temp.doomed(session_id) VALUES (?)", ((s,) for s in doomed))
+    conn.execute(
+        "INSERT INTO temp.heads(session_id, head) SELECT session_id, head FROM main.sessions "
+        "WHERE session_id NOT IN (SELECT session_id FROM temp.doomed)"
+    )
+    conn.execute(_WALK.format(into="live_steps", heads=_REMAINING_HEADS))
+    _check_chains(conn, "live_steps")
+    _add_live_blobs(conn, "live_steps")
+    conn.execute(
+        "INSERT INTO temp.dead_steps(hash) SELECT hash FROM main.steps "
+        "WHERE hash NOT IN (SELECT hash FROM temp.live_steps)"
+    )
+    conn.execute(
+        "INSERT INTO temp.dead_blobs(hash) SELECT hash FROM main.blobs "
+        "WHERE hash NOT IN (SELECT hash FROM temp.live_blobs)"
+    )
+    tables = _tables(conn)
+    if "session_traces" in tables:
+        conn.execute(_GONE_TRACES)
+    (steps,) = conn.execute("SELECT COUNT(*) FROM temp.dead_steps").fetchone()
+    blobs, blob_bytes = conn.execute(
+        f"SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) {_DEAD_BLOBS}"
+    ).fetchone()
+    rows = sum(conn.execute(f"SELECT COUNT(*) {q}").fetchone()[0] for q in _pending(tables))
+    return PruneResult(doomed, steps, blobs, blob_bytes, rows, dry_run=True)
+
+
+def apply(
+    conn: sqlite3.Connection, session_ids: Collection[str], saved_before_ns: int | None
+) -> PruneResult:
+    """Delete what :func:`survey` found on this connection, in the caller's write
+    transaction: the sessions that still match (a conversation continued since is kept),
+    and of the rows unused when surveyed, those no session written since reaches (only
+    those sessions are walked again: the write lock is held for them, not for the store)."""
+    doomed = _doomed(conn, session_ids, saved_before_ns)
+    conn.execute("DELETE FROM temp.doomed")
+    conn.executemany("INSERT INTO temp.doomed(session_id) VALUES (?)", ((s,) for s in doomed))
+    conn.execute(_WALK.format(into="new_live", heads=_CHANGED_HEADS))
+    _check_chains(conn, "new_live")
+    _add_live_blobs(conn, "new_live")
+    for table in ("dead_steps", "dead_blobs"):
+        live = "new_live" if table == "dead_steps" else "live_blobs"
+        conn.execute(f"DELETE FROM temp.{table} WHERE hash IN (SELECT hash FROM temp.{live})")
+    tables = _tables(conn)
+    conn.execute("DELETE FROM temp.gone_traces")  # (again: a session may hold them since)
+    if "session_traces" in tables:
+        conn.execute(_GONE_TRACES)
+    for table in ("sessions", "session_traces"):
+        if table in tables:
+            conn.execute(
+                f"DELETE FROM main.{table} WHERE session_id IN (SELECT session_id FROM temp.doomed)"
+            )
+    (blob_bytes,) = conn.execute(f"SELECT COALESCE(SUM(LENGTH(data)), 0) {_DEAD_BLOBS}").fetchone()
+    steps = conn.execute(f"DELETE {_DEAD_STEPS}").rowcount
+    blobs = conn.execute(f"DELETE {_DEAD_BLOBS}").rowcount
+    rows = sum(conn.execute(f"DELETE {query}").rowcount for query in _pending(tables))
+    return PruneResult(doomed, steps, blobs, blob_bytes, rows)
+
+
+def clear(conn: sqlite3.Connection) -> None:
+    """Empty the temp tables of a survey (they live as long as the connection)."""
+    for name in _TEMP:
+        conn.execute(f"DELETE FROM temp.{name}")
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    # (a store older than the trace index or the pending tables, read for a dry run, has
+    # neither: nothing of them to count)
+    return {name for (name,) in conn.execute("SELECT name FROM main.sqlite_master")}
+
+
+def _pending(tables: set[str]) -> list[str]:
+    """The pending rows of the gone traces, in the tables the store has."""
+    return [q for q, t in ((_GONE_SPANS, "pending_spans"), (_GONE_LOGS, "pending_logs"))
+            if t in tables]  # fmt: skip
 
 
 def _doomed(
@@ -153,11 +205,11 @@ def _doomed(
     return list(doomed)
 
 
-def _check_chains(conn: sqlite3.Connection) -> None:
-    """Every remaining session's walk reached the genesis step: none stopped at a step whose
-    row is missing (the steps before it would look unused)."""
+def _check_chains(conn: sqlite3.Connection, walked: str) -> None:
+    """Every walk (into temp table ``walked``) reached the genesis step: none stopped at a
+    step whose row is missing (the steps before it would look unused)."""
     missing = conn.execute(
-        "SELECT hash FROM temp.live_steps WHERE hash != ? "
+        f"SELECT hash FROM temp.{walked} WHERE hash != ? "
         "AND hash NOT IN (SELECT hash FROM main.steps) LIMIT 1",
         (GENESIS_HASH,),
     ).fetchone()
@@ -169,12 +221,20 @@ def _check_chains(conn: sqlite3.Connection) -> None:
         )
 
 
-def _live_blobs(conn: sqlite3.Connection) -> Iterator[str]:
-    """Where the inputs and output of every reached step are stored; a step header that
-    cannot be read, or that names another predecessor than its row, stops the prune."""
+def _add_live_blobs(conn: sqlite3.Connection, walked: str) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO temp.live_blobs(hash) VALUES (?)",
+        ((address,) for address in _live_blobs(conn, walked)),
+    )
+
+
+def _live_blobs(conn: sqlite3.Connection, walked: str) -> Iterator[str]:
+    """Where the inputs and output of every step in temp table ``walked`` are stored; a step
+    header that cannot be read, or that names another predecessor than its row, stops the
+    prune."""
     rows = conn.execute(
         "SELECT s.hash, s.prev, s.header FROM main.steps AS s "
-        "JOIN temp.live_steps AS l ON s.hash = l.hash"
+        f"JOIN temp.{walked} AS l ON s.hash = l.hash"
     )
     for step_hash, prev, header_bytes in rows:
         try:

@@ -71,8 +71,8 @@ from ..model import (
     Trajectory,
     session_header_bytes,
 )
+from . import prune as pruning
 from .prune import PruneResult
-from .prune import prune as prune_unused
 
 __all__ = ["CheckpointStore", "PruneResult", "SessionSummary", "VerifyResult", "open_store"]
 
@@ -912,28 +912,34 @@ class CheckpointStore:
         """Delete ``session_ids`` and every session last saved before ``saved_before_ns``
         (nanoseconds since the epoch), then the step rows and blobs no remaining session uses
         (left by deleted sessions, and by steps a merge moved), and the spans and log records
-        the receiver kept of traces only the deleted sessions held, in one transaction; with
-        neither, only the unused rows. Writers wait meanwhile (the busy timeout; the receiver
-        answers 503 past it). With ``dry_run``, what would be deleted, read in one snapshot
-        (no write, no lock: it works on a store opened read-only). The file keeps its size,
+        the receiver kept of traces only the deleted sessions held; with neither, only the
+        unused rows. The long part, walking every session, reads one snapshot and takes no
+        lock; the deletion is one write transaction, in which only the sessions written
+        since are walked again (writers wait for it: the busy timeout, the receiver answers
+        503 past it). With ``dry_run``, what would be deleted, that snapshot alone (no write,
+        no lock: it works on a store opened read-only). The file keeps its size,
         its free pages reused by later writes: :meth:`vacuum` gives them back. A fork of a
         deleted session keeps every step it uses; its lineage still names the parent. Raises
         :class:`StoreError`, having deleted nothing, when a remaining session's chain is
         damaged."""
         ids = list(session_ids)
         with self._sqlite_errors("prune"):
-            if dry_run:
-                with self._snapshot() as conn:
-                    return prune_unused(conn, ids, saved_before_ns, delete=False)
-            conn = self._conn()
-            # what is deleted on purpose is zeroed, freed pages included (the connection's
-            # FAST setting leaves those as they were: see _conn)
-            conn.execute("PRAGMA secure_delete=ON")
             try:
-                with self._transaction() as conn:
-                    return prune_unused(conn, ids, saved_before_ns)
+                with self._snapshot() as conn:  # the long part, under no lock
+                    found = pruning.survey(conn, ids, saved_before_ns)
+                if dry_run:
+                    return found
+                # what is deleted on purpose is zeroed, freed pages included (the
+                # connection's FAST setting leaves those as they were: see _conn)
+                conn.execute("PRAGMA secure_delete=ON")
+                try:
+                    with self._transaction() as conn:
+                        return pruning.apply(conn, ids, saved_before_ns)
+                finally:
+                    conn.execute("PRAGMA secure_delete=FAST")
             finally:
-                conn.execute("PRAGMA secure_delete=FAST")
+                with contextlib.suppress(*_SQLITE_FAILURES, StoreError):
+                    pruning.clear(self._conn())
 
     def vacuum(self) -> tuple[int, int]:
         """Rebuild the file without its free pages (SQLite's ``VACUUM``: it needs free disk
