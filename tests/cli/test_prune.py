@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from agent_replay import CheckpointStore
 from agent_replay.cli import main
-from agent_replay.cli.prune import Duration
+from agent_replay.cli.common import Duration
 
 
 def run(*args):

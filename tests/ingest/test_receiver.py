@@ -1,5 +1,6 @@
 """The OTLP receiver, driven by the real OpenTelemetry exporters (HTTP and gRPC) on free ports."""
 
+import contextlib
 import gzip
 import json
 import socket
@@ -35,6 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import set_span_in_context
 
 from agent_replay import CheckpointStore
+from agent_replay.errors import SessionNotFoundError
 from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
 from collect_process import start_collect_process
@@ -783,3 +785,37 @@ def test_a_trickled_body_is_cut_off_and_gives_back_its_memory(served):
         time.sleep(0.01)
     assert collector.receiver._held_bytes == 0
     assert post(collector, otlp_json_request(), "application/json").status_code == 200
+
+
+def test_a_receiver_that_keeps_sessions_for_a_while_prunes_the_older_ones(served):
+    """`collect --keep-sessions`: the receiver deletes, every prune interval, the sessions
+    not saved for that long, with what only they used (CheckpointStore.prune)."""
+    config = fast_config(idle_seconds=0, keep_seconds=2.0, prune_interval=0.2)
+    collector, store = served(config=config)
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=20))
+
+    def agents():
+        found = set()
+        for session_id in store.session_ids():
+            with contextlib.suppress(SessionNotFoundError):  # (pruned meanwhile)
+                found.add(store.load(session_id).steps[0].agent)
+        return found
+
+    def wait_for(condition):
+        deadline = time.monotonic() + 15
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return condition()
+
+    emit_traces(provider, 2, "old")
+    provider.force_flush()
+    assert wait_for(lambda: len(store.session_ids()) == 2)
+    time.sleep(1.5)
+    emit_traces(provider, 1, "new")  # saved 1.5 s later: kept while the first two go
+    provider.shutdown()
+    assert wait_for(lambda: agents() == {"new"})
+    (kept,) = store.session_ids()
+    assert store.stats()["steps"] == len(store.load(kept).steps)  # the others' rows are gone
+    assert wait_for(lambda: not store.session_ids())  # and it goes too, 2 s after it was saved

@@ -14,7 +14,7 @@ import click
 
 from ..ingest.receiver import DEFAULT_GRPC, DEFAULT_HTTP, Collector, ReceiverConfig, TLSConfig
 from ..ingest.receiver.memory import pin_mmap_threshold
-from .common import db_option, friendly_errors, open_store
+from .common import Duration, db_option, friendly_errors, open_store
 
 _OFF = ("", "off", "none", "no")
 
@@ -93,6 +93,15 @@ def _address(value: str, option: str) -> str | None:
     help="Keep the spans of assembled traces this long so late spans re-assemble them.",
 )
 @click.option(
+    "--keep-sessions",
+    type=Duration(),
+    default=None,
+    metavar="DURATION",
+    help="Delete, once an hour, the stored sessions not saved for this long (30d, 12h; a "
+    "conversation counts from its latest turn), with what only they used [default: keep "
+    "all].",
+)
+@click.option(
     "--grace-seconds",
     type=click.FloatRange(min=0),
     default=10.0,
@@ -110,6 +119,7 @@ def collect_command(
     max_inflight: int,
     idle_seconds: float,
     retain_seconds: float,
+    keep_sessions: float | None,
     grace_seconds: float,
 ) -> None:
     """Receive OTLP traces and logs and store them as trajectories until SIGTERM or Ctrl-C.
@@ -128,6 +138,7 @@ def collect_command(
         max_inflight=max_inflight,
         idle_seconds=idle_seconds,
         retain_seconds=retain_seconds,
+        keep_seconds=keep_sessions,
         token=token or None,
     )
     tls = TLSConfig(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -152,6 +153,23 @@ policy_option = click.option(
 session_option = click.option(
     "--session", "session_id", required=True, help="Session id (see `agent-replay sessions`)."
 )
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class Duration(click.ParamType):
+    """``30d``, ``12h``, ``45m``, ``90s``, ``2w`` or plain seconds, as seconds."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, float):
+            return value
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration (e.g. 30d, 12h, 45m, 90s)", param, ctx)
+        return float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def limits_options(

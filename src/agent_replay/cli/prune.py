@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import click
 
-from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-class Duration(click.ParamType):
-    """``30d``, ``12h``, ``45m``, ``90s``, ``2w`` or plain seconds, as seconds."""
-
-    name = "duration"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
-        if isinstance(value, float):
-            return value
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
-        if match is None:
-            self.fail(f"{value!r} is not a duration (e.g. 30d, 12h, 45m, 90s)", param, ctx)
-        return float(match[1]) * _UNITS[match[2] or "s"]
+from .common import (
+    Duration,
+    db_option,
+    echo_json,
+    friendly_errors,
+    json_option,
+    open_store,
+    plural,
+)
 
 
 @click.command("prune")

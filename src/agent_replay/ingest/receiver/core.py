@@ -137,6 +137,10 @@ class ReceiverConfig:
     retry_after: float = 1.0
     idle_seconds: float = 30.0  # assemble a trace whose root never arrives after this
     retain_seconds: float = 3600.0  # keep assembled spans this long for late arrivals
+    # delete stored sessions not saved for this long (CheckpointStore.prune), every
+    # prune_interval seconds; None keeps every session
+    keep_seconds: float | None = None
+    prune_interval: float = 3600.0
     assemble_interval: float = 0.5
     token: str | None = None  # bearer token required when set
     source: str = "otel"
@@ -199,6 +203,7 @@ class Receiver:
         self._commit_errors = ErrorLog("commit received spans (answered 503)", _log)
         self._assemble_errors = ErrorLog("assemble received traces (they wait; will retry)", _log)
         self._purge_errors = ErrorLog("purge assembled spans (will retry)", _log)
+        self._prune_errors = ErrorLog("prune old sessions (will retry)", _log)
         self._store_failures = 0  # commits failed in a row: the Retry-After grows with them
         self._held_bytes = 0  # request bodies held in memory (Hold)
         self._lock = threading.Condition()
@@ -506,7 +511,8 @@ class Receiver:
                 item.done.set()
 
     def _assemble_loop(self) -> None:
-        last_purge = time.monotonic()
+        last_purge = last_prune = time.monotonic()
+        keep = self.config.keep_seconds
         while not self._stop_assembler.wait(self.config.assemble_interval):
             try:
                 self.sink.assemble_ready()
@@ -518,6 +524,25 @@ class Receiver:
                 except Exception:
                     self._purge_errors.record()
                 last_purge = time.monotonic()
+            if keep is not None and time.monotonic() - last_prune > self.config.prune_interval:
+                self._prune(keep)
+                last_prune = time.monotonic()
+
+    def _prune(self, keep_seconds: float) -> None:
+        """Delete the sessions not saved for ``keep_seconds`` and what only they used."""
+        try:
+            result = self.store.prune(saved_before_ns=time.time_ns() - int(keep_seconds * 1e9))
+        except Exception:
+            self._prune_errors.record()
+            return
+        if result.sessions:
+            _log.info(
+                "agent-replay: pruned %d session(s) not saved for %.0f s (%d step rows, %d blobs)",
+                len(result.sessions),
+                keep_seconds,
+                result.steps,
+                result.blobs,
+            )
 
     def count_error(self, error: BaseException) -> None:
         """Count a failed request or commit by its exception type (for the collect summary)."""
