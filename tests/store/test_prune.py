@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_replay import CheckpointStore, Trajectory
-from agent_replay.errors import StoreError
+from agent_replay.errors import SessionNotFoundError, StoreError
 from agent_replay.model import Lineage, StepDraft, StepKind, chain_steps
 from agent_replay.store.sink import DurableSpanSink, SpanSink
 from conversation_turns import CONV, TURNS
@@ -162,11 +162,11 @@ def test_vacuum_gives_the_free_pages_back(db_path):
     assert sqlite3.connect(db_path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-def test_a_load_that_overlaps_a_prune_reads_one_state_of_the_file(db_path, monkeypatch):
+def test_a_load_that_overlaps_a_merge_and_a_prune_reads_the_session_again(db_path, monkeypatch):
     """Another process merges a late turn (its steps move) and prunes while a load is between
-    reading the session row and reading its chain: the load read the rows one by one and
-    reported the sound session as damaged (the receiver then set the next capture aside as
-    `.unmerged`). It now reads one snapshot: the session as it was."""
+    reading the session row and reading its chain: the load reported the sound session as
+    damaged (the receiver then set the next capture aside as `.unmerged`). Seeing that the
+    session's head moved, it now reads the session again, as it now is."""
     with CheckpointStore(db_path) as setup:
         sink = SpanSink(setup)
         for n in (1, 2):
@@ -188,12 +188,29 @@ def test_a_load_that_overlaps_a_prune_reads_one_state_of_the_file(db_path, monke
 
     monkeypatch.setattr(CheckpointStore, "_session", session_then_other_work)
     try:
-        assert reader.load(CONV) == before
-        assert len(reader.load(CONV).steps) == len(before.steps) + 1
+        loaded = reader.load(CONV)
+        assert loaded == other.load(CONV) and len(loaded.steps) == len(before.steps) + 1
         assert [r.ok for r in reader.verify()] == [True]
     finally:
         reader.close()
         other.close()
+
+
+def test_a_session_deleted_while_it_is_read_is_not_found_not_damaged(db_path, monkeypatch):
+    with CheckpointStore(db_path) as store, CheckpointStore(db_path) as other:
+        store.save(run("a", [1, 2, 3]))
+        original = CheckpointStore._session
+
+        def session_then_prune(self, conn, session_id):
+            out = original(self, conn, session_id)
+            if self is store:
+                monkeypatch.setattr(CheckpointStore, "_session", original)
+                assert other.prune(["a"]).steps == 3
+            return out
+
+        monkeypatch.setattr(CheckpointStore, "_session", session_then_prune)
+        with pytest.raises(SessionNotFoundError):
+            store.load("a")
 
 
 def test_the_spans_a_receiver_kept_of_a_pruned_session_go_with_it(db_path):
@@ -303,18 +320,20 @@ def test_a_merge_two_asides_deep_is_checked_against_what_it_read(db_path, monkey
 
 
 def test_what_a_prune_deletes_is_zeroed_in_the_file(db_path):
-    """The store's connections leave whole freed pages as they were (secure_delete=FAST:
-    the receiver's purge wrote most of its bytes zeroing them); a prune zeroes what it
-    deletes, freed pages included, once the log is checkpointed into the file."""
+    """Whatever the SQLite build zeroes by default (upstream's nothing, Debian's everything),
+    a prune zeroes what it deletes, freed pages included, once the log is checkpointed into
+    the file, and leaves the connection's setting as it was."""
     import sqlite3
 
     secret = "s3cret-prompt-" * 400  # over a page: its overflow pages are freed whole
     with CheckpointStore(db_path) as store:
+        conn = store._conn()
+        conn.execute("PRAGMA secure_delete=0")  # as upstream SQLite builds have it
         store.save(run("keep", [1]))
         drafts = [StepDraft(kind=StepKind.LLM, name="ask", inputs={"p": secret}, action="a")]
         store.save(Trajectory("gone", chain_steps(drafts)))
         store.prune(["gone"])
-        assert store._conn().execute("PRAGMA secure_delete").fetchone()[0] == 2  # FAST again
+        assert conn.execute("PRAGMA secure_delete").fetchone()[0] == 0  # as it was
     checkpoint = sqlite3.connect(db_path)
     checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     checkpoint.close()

@@ -415,14 +415,6 @@ def test_the_write_ahead_log_is_truncated_after_a_checkpoint(db_path):
         assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_LIMIT_BYTES
 
 
-def test_freed_pages_are_not_written_again_only_to_be_zeroed(db_path):
-    """SQLite built with SECURE_DELETE (Debian's) wrote every page a delete freed once more,
-    zeroed, and once more at the checkpoint: the receiver's purge of assembled spans. Deleted
-    bytes are still overwritten on the pages a delete writes anyway ("FAST", 2)."""
-    with CheckpointStore(db_path) as store:
-        assert store._conn().execute("PRAGMA secure_delete").fetchone()[0] == 2
-
-
 def test_a_full_file_system_is_named_and_a_store_that_could_not_be_made_is_not_left_empty(
     tmp_path, monkeypatch
 ):

@@ -306,11 +306,6 @@ class CheckpointStore:
             # the WAL file is truncated back to this after a checkpoint (a big transaction,
             # a receiver's purge, grew it to hundreds of MB and it stayed that size)
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-            # a deleted row's bytes are overwritten on the pages written anyway, but a page
-            # freed whole is not written once more only to zero it (what SQLite builds with
-            # SECURE_DELETE, Debian's, do by default: most of what a receiver's purge
-            # wrote); its content stays in the file's free pages until they are reused
-            conn.execute("PRAGMA secure_delete=FAST")
         except _SQLITE_FAILURES as exc:
             if self.path.exists():
                 raise StoreError(
@@ -929,14 +924,15 @@ class CheckpointStore:
                     found = pruning.survey(conn, ids, saved_before_ns)
                 if dry_run:
                     return found
-                # what is deleted on purpose is zeroed, freed pages included (the
-                # connection's FAST setting leaves those as they were: see _conn)
+                # what is deleted on purpose is zeroed, freed pages included, whatever the
+                # SQLite build does by default (Debian's zeroes, upstream's does not)
+                (default,) = conn.execute("PRAGMA secure_delete").fetchone()
                 conn.execute("PRAGMA secure_delete=ON")
                 try:
                     with self._transaction() as conn:
                         return pruning.apply(conn, ids, saved_before_ns)
                 finally:
-                    conn.execute("PRAGMA secure_delete=FAST")
+                    conn.execute(f"PRAGMA secure_delete={int(default)}")
             finally:
                 with contextlib.suppress(*_SQLITE_FAILURES, StoreError):
                     pruning.clear(self._conn())
@@ -1046,18 +1042,43 @@ class CheckpointStore:
         :class:`ChainIntegrityError` naming the first bad step for a damaged session and
         :class:`StoreError` when SQLite cannot read the file.
         """
-        with self._sqlite_errors(f"load session {session_id!r}"), self._snapshot():
-            return self._load(session_id, inputs)
+        with self._sqlite_errors(f"load session {session_id!r}"):
+            return self._read(session_id, lambda: self._load(session_id, inputs))
 
     def load_end(self, session_id: str) -> SessionEnd:
         """The stored session's header and its last step, without the steps before: what is
         needed to seal new steps after it (:class:`~agent_replay.model.Continuation`). The
         header, the last step and its content are checked as :meth:`load` checks them; the
         steps before are not read. Raises what :meth:`load` raises."""
-        with self._sqlite_errors(f"load session {session_id!r}"), self._snapshot() as conn:
-            session, head, n_steps, broken = self._session(conn, session_id)
-            if not n_steps:
-                return SessionEnd(session, 0, None)
+        with self._sqlite_errors(f"load session {session_id!r}"):
+            return self._read(session_id, lambda: self._load_end(session_id))
+
+    READ_ATTEMPTS = 5
+    """How often a load is read again when the session changed while it was read."""
+
+    def _read(self, session_id: str, read: Callable[[], Any]) -> Any:
+        """``read()`` (a load of ``session_id``), read again when what looked damaged was the
+        session changing meanwhile. A load reads the session row, then its steps and blobs,
+        statement by statement (one read transaction held across a load kept readers such as
+        the console always inside one, and the write-ahead log then grew without bound); a
+        merge and a prune committed between them (its moved steps' old rows deleted) made a
+        sound session look damaged. Damage is only damage if the session row is still the one
+        that was read; :class:`SessionChangedError` if it keeps changing."""
+        for _ in range(self.READ_ATTEMPTS):
+            try:
+                return read()
+            except _Moved:
+                continue
+        raise SessionChangedError(
+            f"session {session_id!r} in {self.path} kept changing while it was read; read it again"
+        )
+
+    def _load_end(self, session_id: str) -> SessionEnd:
+        conn = self._conn()
+        session, head, n_steps, broken = self._session(conn, session_id)
+        if not n_steps:
+            return SessionEnd(session, 0, None)
+        with self._unless_moved(conn, session_id, head):
             row = conn.execute(
                 "SELECT hash, prev, idx, header FROM steps WHERE hash=?", (head,)
             ).fetchone()
@@ -1065,11 +1086,38 @@ class CheckpointStore:
                 raise broken("head step is missing", n_steps - 1)
             (entry,) = _checked_headers([row], n_steps - 1, row[1], broken)
             (last,) = self._checked_steps([entry], n_steps - 1, broken)
-            return SessionEnd(session, n_steps, last)
+        return SessionEnd(session, n_steps, last)
+
+    @contextlib.contextmanager
+    def _unless_moved(self, conn: sqlite3.Connection, session_id: str, head: str) -> Iterator[None]:
+        """Raise :class:`_Moved` instead of a :class:`ChainIntegrityError` from the block when
+        the session's head is no longer ``head`` (or the session is gone): it changed while
+        it was being read, and is to be read again."""
+        try:
+            yield
+        except ChainIntegrityError:
+            row = conn.execute("SELECT head FROM sessions WHERE session_id=?", (session_id,))
+            now = row.fetchone()
+            if now is None or now[0] != head:
+                raise _Moved from None
+            raise
 
     def _load(self, session_id: str, inputs: bool = True) -> Trajectory:
         conn = self._conn()
         session, head, n_steps, broken = self._session(conn, session_id)
+        with self._unless_moved(conn, session_id, head):
+            steps = self._chain(conn, head, n_steps, broken, inputs)
+        return replace(session, steps=steps)
+
+    def _chain(
+        self,
+        conn: sqlite3.Connection,
+        head: str,
+        n_steps: int,
+        broken: Callable[..., ChainIntegrityError],
+        inputs: bool,
+    ) -> tuple[Step, ...]:
+        """The ``n_steps`` steps of the chain that ends at ``head``, every hash checked."""
         chain = conn.execute(_CHAIN_QUERY, (head, n_steps)).fetchall() if n_steps else []
         if head != GENESIS_HASH and not chain:
             raise broken("head step is missing", n_steps - 1 if n_steps else None)
@@ -1084,7 +1132,7 @@ class CheckpointStore:
             raise broken(f"{len(chain)} steps found, {n_steps} recorded", len(chain))
         if (headers[-1][0] if headers else GENESIS_HASH) != head:
             raise broken("chain does not end at the session head", n_steps - 1)
-        return replace(session, steps=self._checked_steps(headers, 0, broken, inputs))
+        return self._checked_steps(headers, 0, broken, inputs)
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str
@@ -1247,6 +1295,10 @@ class CheckpointStore:
                 table: conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
                 for table in ("sessions", "steps", "blobs")
             }
+
+
+class _Moved(Exception):
+    """A session changed while it was being read (see :meth:`CheckpointStore._read`)."""
 
 
 def open_store(store: CheckpointStore | str | os.PathLike[str]) -> tuple[CheckpointStore, bool]:
