@@ -789,7 +789,8 @@ class CheckpointStore:
 
     def pending_rows(self, trace_ids: list[str]) -> tuple[list[tuple], list[tuple]]:
         """Every stored span ``(trace_id, span_id, data)`` and log record ``(digest, data)``
-        of ``trace_ids``, assembled or not."""
+        of ``trace_ids``, assembled or not, in key order (whichever layout the tables have:
+        log records of one span with equal times join it in that order)."""
         conn = self._conn()
         spans = _execute_in(
             conn,
@@ -799,6 +800,8 @@ class CheckpointStore:
         logs = _execute_in(
             conn, "SELECT digest, data FROM pending_logs WHERE trace_id IN ({})", trace_ids
         )
+        spans.sort(key=lambda row: (row[0], row[1]))
+        logs.sort(key=lambda row: row[0])
         return spans, logs
 
     def commit_assembled(
