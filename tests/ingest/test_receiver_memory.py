@@ -71,8 +71,8 @@ def _post(port, body, encoding=None):
 @pytest.mark.slow
 def test_large_requests_on_many_connections_leave_no_memory_behind(tmp_path):
     """Eight clients each send gzip bombs (413 at the 64 MiB cap, or 429 while the others
-    hold the memory budget) and 3 MiB exports. Before the mmap threshold was pinned, 75 to
-    108 MiB of freed memory stayed resident afterwards (six runs); pinned, 14 to 18 MiB."""
+    hold the memory budget) and 3 MiB exports. Before the mmap threshold was pinned, 88 to
+    102 MiB of freed memory stayed resident afterwards (three runs); pinned, 14 to 16 MiB."""
     process, port = start_collect_process(tmp_path / "store.sqlite", env=_env())
     try:
         for n in range(20):  # warm up: imports, the store's connections, caches

@@ -6,11 +6,10 @@ raises the threshold to that block's size (up to 32 MiB) and the trim threshold 
 (mallopt(3)). From then on blocks below the raised threshold come from the malloc arenas (up
 to eight per core; the receiver's HTTP connection threads and gRPC workers spread over them),
 which keep freed memory resident. Request bodies of a few MiB (a large export, a gzip bomb
-inflated towards the body cap) raise it. In a 10-minute soak with such requests every 30 s
-the receiver's RSS rose from 111 to 182 MB while its live Python objects and malloc's bytes
-in use stayed flat, and ``malloc_trim(0)`` gave back only 2-4 MB (docs/receiver.md). With
-the threshold fixed (which also stops glibc adjusting it, and leaves the trim threshold at
-128 KiB) every large block is unmapped when it is freed: RSS stayed at 63-74 MB.
+inflated towards the body cap) raise it, and the receiver's RSS crept up while its live
+Python objects and malloc's bytes in use stayed flat. With the threshold fixed (which also
+stops glibc adjusting it, and leaves the trim threshold at 128 KiB) every large block is
+unmapped when it is freed (tests/ingest/test_receiver_memory.py; docs/receiver.md).
 """
 
 from __future__ import annotations
