@@ -44,7 +44,7 @@ def prune_command(
     Without --session or --older-than, only the unused rows go: those of sessions deleted
     before, and the rows a trace merged into a stored conversation left behind. The spans a
     receiver kept of the deleted sessions' traces go too. Writers (a receiver on the same
-    store) wait while it runs; --dry-run only reads."""
+    store) wait only while it deletes; --dry-run only reads."""
     cutoff = None if older_than is None else time.time_ns() - int(older_than * 1e9)
     with friendly_errors(), open_store(db, read_only=dry_run) as store:
         unknown = [s for s in session_ids if s not in store]

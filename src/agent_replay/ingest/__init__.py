@@ -719,12 +719,7 @@ def _as_stored(store: CheckpointStore, sessions: list[ImportedSession]) -> list[
         except AgentReplayError:  # (kept as imported: nothing better to say)
             out.setdefault(imported.session_id, imported)
             continue
-        out[imported.session_id] = ImportedSession(
-            imported.session_id,
-            end.n_steps,
-            end.session.source,
-            end.session.metadata.get("capture") or {},
-        )
+        out[imported.session_id] = replace(ImportedSession.of(end.session), steps=end.n_steps)
     return list(out.values())
 
 

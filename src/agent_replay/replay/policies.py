@@ -242,23 +242,22 @@ def transcript_messages(
             messages.append({"role": "system", "content": _text(inputs["system"])})
         own = {k: v for k, v in inputs.items() if k not in ("system", "turn")}
     if task is not None and task != {}:
-        text = task if isinstance(task, str) else json.dumps(task, default=repr)
-        messages.append({"role": "user", "content": f"The task: {text}"})
-    if own is not None and own != {}:
-        text = own if isinstance(own, str) else json.dumps(own, default=repr)
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": "user", "content": f"The task: {_as_text(task)}"})
+    asked = own is not None and own != {}
+    if asked:
+        messages.append({"role": "user", "content": _as_text(own)})
     for earlier, output in history:
         text = (
             _text(output[0].get("parts"))
             if (isinstance(output, list) and output and isinstance(output[0], Mapping))
-            else (output if isinstance(output, str) else json.dumps(output, default=repr))
+            else _as_text(output)
         )
         if earlier.agent is not None and earlier.agent == step.agent:
             messages.append({"role": "assistant", "content": text})
         else:
             speaker = earlier.agent or earlier.name
             messages.append({"role": "user", "content": f"[{speaker}] {text}"})
-    if history or own is None or own == {}:
+    if history or not asked:
         messages.append(
             {
                 "role": "user",
@@ -267,6 +266,11 @@ def transcript_messages(
             }
         )
     return messages
+
+
+def _as_text(value: Any) -> str:
+    """``value`` as message text: itself if it is text, else its JSON."""
+    return value if isinstance(value, str) else json.dumps(value, default=repr)
 
 
 def _input_model(inputs: Any) -> str | None:

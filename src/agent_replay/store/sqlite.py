@@ -570,10 +570,9 @@ class CheckpointStore:
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction on this thread's connection: the statements of a load see
-        one state of the file. (Read one by one, a prune or merge committed by another
-        connection between them made a sound session look damaged: its head row or blobs
-        gone.) Inside a transaction already, that one."""
+        """One read transaction on this thread's connection: every statement inside sees one
+        state of the file (a prune's survey). Hold it briefly: while it is open the
+        write-ahead log cannot start over. Inside a transaction already, that one."""
         conn = self._conn()
         if conn.in_transaction:
             yield conn
@@ -1246,18 +1245,14 @@ class CheckpointStore:
         where: dict[str, int] = {}
         for position, address in enumerate(addresses, first):
             where.setdefault(address, position)
-        wanted, problems = list(where), []
-        missing = set(wanted)
-        conn = self._conn()
-        for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
-            chunk = wanted[start : start + 500]
-            query = f"SELECT hash, data FROM blobs WHERE hash IN ({','.join('?' * len(chunk))})"
-            for address, data in conn.execute(query, chunk):
-                missing.discard(address)
-                if not isinstance(data, bytes):
-                    problems.append((where[address], "content blob is not stored as bytes"))
-                elif canonical.digest(data) != address:
-                    problems.append((where[address], "inputs do not match their content address"))
+        problems, missing = [], set(where)
+        query = "SELECT hash, data FROM blobs WHERE hash IN ({})"
+        for address, data in _rows_in(self._conn(), query, list(where)):
+            missing.discard(address)
+            if not isinstance(data, bytes):
+                problems.append((where[address], "content blob is not stored as bytes"))
+            elif canonical.digest(data) != address:
+                problems.append((where[address], "inputs do not match their content address"))
         problems += [(where[address], "content blob is missing") for address in missing]
         return min(problems) if problems else None
 
@@ -1365,11 +1360,14 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 def _execute_in(conn: sqlite3.Connection, query: str, values: Sequence[Any]) -> list[tuple]:
     """Run ``query``, whose ``IN ({})`` takes ``values``, 500 values at a time (SQLite caps the
     number of parameters of one statement); the rows it returned."""
-    rows: list[tuple] = []
+    return list(_rows_in(conn, query, values))
+
+
+def _rows_in(conn: sqlite3.Connection, query: str, values: Sequence[Any]) -> Iterator[tuple]:
+    """The rows of :func:`_execute_in`, one at a time (none is kept once the next is read)."""
     for start in range(0, len(values), 500):
         chunk = values[start : start + 500]
-        rows.extend(conn.execute(query.format(",".join("?" * len(chunk))), chunk))
-    return rows
+        yield from conn.execute(query.format(",".join("?" * len(chunk))), chunk)
 
 
 def _trace_ids(metadata: dict[str, Any]) -> tuple[str, ...]:
