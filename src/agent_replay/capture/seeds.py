@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
+import sys
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -58,6 +59,13 @@ class KeyedRandom(random.Random):
     def __init__(self, seed: int = 0) -> None:  # no super().__init__: no MT state to seed
         self._state = seed & _M64
         self.gauss_next = None
+
+    if sys.version_info < (3, 11):
+        # Before 3.11 the C base's __new__ takes at most one argument (a subclass with more,
+        # the running step, could not be made) and seeds its Mersenne Twister with it, about
+        # 3 us a stream; seeding it with 0 costs the same and is never drawn from
+        def __new__(cls, *args: object, **kwargs: object) -> KeyedRandom:
+            return super().__new__(cls, 0)
 
     def seed(self, a: object = None, version: int = 2) -> None:
         self._state = (a if type(a) is int else _key_code(a)) & _M64
