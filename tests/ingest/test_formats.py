@@ -366,3 +366,25 @@ def test_integer_timestamps_keep_every_digit():
     assert timestamp_ns(1728803137.17) == 1728803137170000000
     assert timestamp_ns("1728803137170") == 1728803137170000000
     assert timestamp_ns(float("inf")) is None and timestamp_ns(-1) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("20241013T070537170001Z", 1728803137170001000),  # LangSmith's dotted_order stamp
+        ("2024-10-13T07:05:37.170001Z", 1728803137170001000),
+        ("2024-10-13T07:05:37.17Z", 1728803137170000000),  # not 3 or 6 digits (3.10)
+        ("2024-10-13T07:05:37.123456789Z", 1728803137123456789),  # nanoseconds kept
+        ("2024-10-13T09:05:37.5+02:00", 1728803137500000000),
+        ("2024-10-13 07:05:37", 1728803137000000000),  # no zone: UTC
+        ("20241013T999999000000Z", None),
+        ("yesterday", None),
+    ],
+)
+def test_text_timestamps_read_the_same_on_every_python(text, ns):
+    """The forms the importers meet, read by this package's rules rather than by what the
+    running Python's ``fromisoformat`` happens to accept (3.11 reads the dotted_order stamp
+    as ISO basic format, 3.10 does not)."""
+    from agent_replay.ingest._common import timestamp_ns
+
+    assert timestamp_ns(text) == ns

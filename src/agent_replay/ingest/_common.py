@@ -96,7 +96,7 @@ def timestamp_ns(value: Any) -> int | None:
     if text.isdigit():
         return timestamp_ns(int(text))
     # LangSmith's dotted_order form: 20241013T070537170001Z
-    if len(text) == 23 and text[8] == "T" and text.endswith("Z") and text[:8].isdigit():
+    if len(text) == 22 and text[8] == "T" and text.endswith("Z") and text[:8].isdigit():
         try:
             moment = _dt.datetime.strptime(text, "%Y%m%dT%H%M%S%fZ").replace(
                 tzinfo=_dt.timezone.utc
