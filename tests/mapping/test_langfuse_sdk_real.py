@@ -410,7 +410,8 @@ def test_langchain_through_the_langfuse_callback_handler(recorded, tmp_path):
     tool_span = next(s for s in spans if s.name == "get_weather")
     output = json.loads(tool_span.attributes["langfuse.observation.output"])
     assert (output["type"], output["content"]) == ("tool", "rainy in Paris")  # the ToolMessage
-    assert tool_span.attributes["langfuse.observation.metadata.tool_call_id"] == '"c1"'
+    # JSON text since langfuse 5, the bare string before (4.x is the release Python 3.10 gets)
+    assert tool_span.attributes["langfuse.observation.metadata.tool_call_id"] in ('"c1"', "c1")
     assert map_span(from_readable_span(tool_span)).tool_call_ids == ["c1"]  # linked by id
 
     traj = from_otel_spans(spans)
