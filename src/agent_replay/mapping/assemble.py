@@ -41,6 +41,7 @@ report saying what is missing for replay.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -480,13 +481,21 @@ def _name_arguments(
             return
 
 
-def _encodable(value: Any, what: str, notes: list[str]) -> Any:
+def _encodable(value: Any, what: str, notes: list[str], *, mapping: bool = False) -> Any:
+    """``value``, or its text when it cannot be hashed: JSON text, whole, where JSON can say it
+    (a value nested deeper than the canonical encoding goes, such as a text attribute that
+    Python 3.12's JSON decoder reads and 3.11's keeps as text), else its repr, cut; under an
+    ``unencodable`` key where the field must be a mapping (or JSON could not say it)."""
     try:
         canonical.encode(value)
         return value
     except (CanonicalEncodingError, RecursionError, ValueError, TypeError) as exc:
         notes.append(f"{what} could not be stored as recorded ({type(exc).__name__}); kept as text")
+    try:
+        text = json.dumps(value)  # ASCII, so always storable
+    except (TypeError, ValueError, RecursionError):
         return {"unencodable": repr(value)[:2000]}
+    return {"unencodable": text} if mapping else text
 
 
 def _seal(drafts: list[StepDraft]) -> tuple[tuple[Step, ...], bool]:
@@ -501,8 +510,8 @@ def _seal(drafts: list[StepDraft]) -> tuple[tuple[Step, ...], bool]:
         notes: list[str] = []
         draft.inputs = _encodable(draft.inputs, "inputs", notes)
         draft.action = _encodable(draft.action, "output", notes)
-        draft.error = _encodable(draft.error, "error", notes)
-        attributes = _encodable(dict(draft.attributes), "attributes", notes)
+        draft.error = _encodable(draft.error, "error", notes, mapping=True)
+        attributes = _encodable(dict(draft.attributes), "attributes", notes, mapping=True)
         if notes:
             if not isinstance(attributes, dict):
                 attributes = {"span_name": draft.name}
