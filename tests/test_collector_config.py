@@ -12,7 +12,6 @@ import grpc
 import pytest
 import requests
 import yaml
-from backports import zstd
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -23,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agent_replay import CheckpointStore
 from agent_replay.ingest import load
 from agent_replay.ingest.receiver import Collector, ReceiverConfig
+from zstd_codec import zstd
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "collector-config").glob("*.yaml"))
 TOKEN = "config-test-token"

@@ -1,11 +1,11 @@
 import json
 from pathlib import Path
 
-from backports import zstd
 from click.testing import CliRunner
 
 from agent_replay import CheckpointStore
 from agent_replay.cli import main
+from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"

@@ -11,7 +11,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-from backports import zstd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ import agent_replay.ingest as ingest
 from agent_replay import CheckpointStore
 from agent_replay.ingest import compression, detect_format, import_into, load_many
 from agent_replay.ingest.compression import Inflated, Undecodable
+from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 SPANS = SHARED / "fixtures" / "generated" / "otel_event_only.jsonl"

@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from backports import zstd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -20,6 +19,7 @@ from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import FORMATS, import_into, load_many, read_source
 from agent_replay.model import StepDraft, StepKind, chain_steps
+from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"

@@ -14,7 +14,6 @@ from pathlib import Path
 import grpc
 import pytest
 import requests
-from backports import zstd
 from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -41,6 +40,7 @@ from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
 from collect_process import start_collect_process
 from slow_client import trickle
+from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 FIXTURES = SHARED / "fixtures"
