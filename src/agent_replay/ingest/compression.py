@@ -155,9 +155,10 @@ class _Salvaging(io.RawIOBase):
     """The inflated bytes of a compressed stream, :data:`PIECE` at a time, ending (as if at
     the end of the file) at the first piece that cannot be inflated; ``error`` says why."""
 
-    def __init__(self, raw: IO[bytes], codec: str, limit: int) -> None:
+    def __init__(self, stream: IO[bytes], codec: str, limit: int) -> None:
         super().__init__()
-        self._stream = open_stream(raw, codec)
+        self._stream = stream  # opened by the caller: a codec that is missing raises there,
+        # not halfway through making this object (whose finalizer would then fail to close it)
         self._codec, self._limit = codec, limit
         self._pending = b""
         self.inflated = 0
@@ -198,7 +199,7 @@ def salvaging(raw: IO[bytes], codec: str, limit: int = MAX_INFLATED) -> io.Buffe
     pieces of :data:`PIECE` bytes, and ``.raw.error`` is the :class:`Undecodable` that
     stopped it (``None`` at a clean end). A cut or corrupt file thus loses only what follows
     the damage, identically however it is read."""
-    return io.BufferedReader(_Salvaging(raw, codec, limit), buffer_size=PIECE)
+    return io.BufferedReader(_Salvaging(open_stream(raw, codec), codec, limit), buffer_size=PIECE)
 
 
 def _bytes(n: int) -> str:
