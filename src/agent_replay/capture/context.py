@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from .._version import __version__
 from ..canonical import snapshot
@@ -318,8 +317,8 @@ class AgentContext:
                 f"invoke_agent {name}",
                 kind=trace.SpanKind.INTERNAL,
                 attributes={
-                    gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent",
-                    gen_ai.GEN_AI_AGENT_NAME: name,
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": name,
                     "agent_replay.session.id": self.session_id,
                 },
             )
@@ -782,20 +781,20 @@ def span_attributes(
     call: StepCall, position: int, session_id: str, model_hint: str | None
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = {
-        gen_ai.GEN_AI_OPERATION_NAME: operation_name(call),
+        "gen_ai.operation.name": operation_name(call),
         "agent_replay.session.id": session_id,
         "agent_replay.step.index": position,
         "agent_replay.step.name": call.name,
         "agent_replay.step.kind": call.kind.value,
     }
     if call.kind is StepKind.TOOL:
-        attrs[gen_ai.GEN_AI_TOOL_NAME] = call.name
-        attrs[gen_ai.GEN_AI_TOOL_TYPE] = "function"
+        attrs["gen_ai.tool.name"] = call.name
+        attrs["gen_ai.tool.type"] = "function"
     model = model_hint or call.inputs.get("model")
     if call.kind is StepKind.LLM and isinstance(model, str):
-        attrs[gen_ai.GEN_AI_REQUEST_MODEL] = model
+        attrs["gen_ai.request.model"] = model
     if call.agent is not None:
-        attrs[gen_ai.GEN_AI_AGENT_NAME] = call.agent
+        attrs["gen_ai.agent.name"] = call.agent
     if call.side_effects:
         attrs["agent_replay.step.side_effects"] = True
     return attrs
@@ -807,13 +806,13 @@ def content_attributes(call: StepCall, inputs: Any, output: Any) -> dict[str, st
     output_json = _json(output)
     attrs = {"agent_replay.step.inputs": inputs_json, "agent_replay.step.output": output_json}
     if call.kind is StepKind.TOOL:
-        attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = inputs_json
-        attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = output_json
+        attrs["gen_ai.tool.call.arguments"] = inputs_json
+        attrs["gen_ai.tool.call.result"] = output_json
     elif call.kind is StepKind.LLM:
-        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(
+        attrs["gen_ai.input.messages"] = json.dumps(
             [{"role": "user", "parts": [{"type": "text", "content": inputs_json}]}]
         )
-        attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+        attrs["gen_ai.output.messages"] = json.dumps(
             [
                 {
                     "role": "assistant",

@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
-
 from ...model import StepKind
 from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
 from ..messages import finish_reasons, normalize_messages, text_message
@@ -51,14 +49,14 @@ _KINDS = {
     "execute_tool": StepKind.TOOL,
 }
 _PARAMETERS = {
-    g.GEN_AI_REQUEST_TEMPERATURE: "temperature",
-    g.GEN_AI_REQUEST_MAX_TOKENS: "max_tokens",
-    g.GEN_AI_REQUEST_TOP_P: "top_p",
-    g.GEN_AI_REQUEST_TOP_K: "top_k",
-    g.GEN_AI_REQUEST_SEED: "seed",
-    g.GEN_AI_REQUEST_STOP_SEQUENCES: "stop",
-    g.GEN_AI_REQUEST_FREQUENCY_PENALTY: "frequency_penalty",
-    g.GEN_AI_REQUEST_PRESENCE_PENALTY: "presence_penalty",
+    "gen_ai.request.temperature": "temperature",
+    "gen_ai.request.max_tokens": "max_tokens",
+    "gen_ai.request.top_p": "top_p",
+    "gen_ai.request.top_k": "top_k",
+    "gen_ai.request.seed": "seed",
+    "gen_ai.request.stop_sequences": "stop",
+    "gen_ai.request.frequency_penalty": "frequency_penalty",
+    "gen_ai.request.presence_penalty": "presence_penalty",
 }
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 _MESSAGE_EVENTS = {
@@ -70,8 +68,8 @@ _MESSAGE_EVENTS = {
 CHOICE_EVENT = "gen_ai.choice"
 PROMPT_EVENT = "gen_ai.content.prompt"
 COMPLETION_EVENT = "gen_ai.content.completion"
-_MODEL_KEYS = (g.GEN_AI_REQUEST_MODEL, g.GEN_AI_RESPONSE_MODEL)
-_CONTENT_KEYS = (g.GEN_AI_INPUT_MESSAGES, g.GEN_AI_OUTPUT_MESSAGES, g.GEN_AI_SYSTEM_INSTRUCTIONS)
+_MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model")
+_CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions")
 
 
 def _ids(value: Any) -> list[str]:
@@ -131,9 +129,9 @@ def read_event_content(span: NormalizedSpan) -> tuple[list | None, list | None, 
                     choices.append((position, messages[0]))
                 reasons.extend(finish_reasons([body]))
         elif name == PROMPT_EVENT:
-            prompt = normalize_messages(attrs.get(g.GEN_AI_PROMPT))
+            prompt = normalize_messages(attrs.get("gen_ai.prompt"))
         elif name == COMPLETION_EVENT:
-            raw = attrs.get(g.GEN_AI_COMPLETION)
+            raw = attrs.get("gen_ai.completion")
             completion = normalize_messages(raw, default_role="assistant")
             reasons.extend(finish_reasons(parse_json(raw)))
     if prompt is not None or completion is not None:
@@ -164,10 +162,10 @@ def _has_event_content(span: NormalizedSpan) -> bool:
 
 
 def _operation(span: NormalizedSpan, attrs: dict[str, Any]) -> str | None:
-    operation = attrs.get(g.GEN_AI_OPERATION_NAME)
+    operation = attrs.get("gen_ai.operation.name")
     if isinstance(operation, str) and operation:
         return operation.lower()
-    if g.GEN_AI_TOOL_NAME in attrs:
+    if "gen_ai.tool.name" in attrs:
         return "execute_tool"  # Pydantic AI sets no operation name on tool spans
     if not attrs.keys().isdisjoint(_CONTENT_KEYS) or (
         not attrs.keys().isdisjoint(_MODEL_KEYS) and _has_event_content(span)
@@ -181,10 +179,10 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     operation = _operation(span, attrs)
     if operation is None:
         return False
-    agent = attrs.get(g.GEN_AI_AGENT_NAME)
+    agent = attrs.get("gen_ai.agent.name")
     if isinstance(agent, str) and agent:
         mapped.agent = mapped.agent or agent
-    mapped.set_conversation(attrs.get(g.GEN_AI_CONVERSATION_ID))
+    mapped.set_conversation(attrs.get("gen_ai.conversation.id"))
 
     if operation in ("invoke_agent", "create_agent"):
         if mapped.role == Role.OTHER:
@@ -196,7 +194,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
     if operation == "invoke_workflow":
         if mapped.role == Role.OTHER:
             mapped.role = Role.WORKFLOW
-            mapped.name = mapped.name or str(attrs.get(g.GEN_AI_WORKFLOW_NAME) or span.name)
+            mapped.name = mapped.name or str(attrs.get("gen_ai.workflow.name") or span.name)
         _read_messages(span, attrs, mapped)
         return True
     if operation == "plan":
@@ -219,7 +217,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
         return False
     else:
         kind = StepKind.SPAN
-    name = (attrs.get(g.GEN_AI_TOOL_NAME) or span.name) if kind is StepKind.TOOL else span.name
+    name = (attrs.get("gen_ai.tool.name") or span.name) if kind is StepKind.TOOL else span.name
     mapped.set_step(kind, str(name))
     if kind is StepKind.MEMORY:
         mapped.set_attr("operation", operation)
@@ -227,12 +225,12 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
 
     if kind is StepKind.TOOL:
         if not mapped.tool_call_ids:
-            mapped.tool_call_ids = _ids(attrs.get(g.GEN_AI_TOOL_CALL_ID))
-        mapped.set_attr("tool_type", attrs.get(g.GEN_AI_TOOL_TYPE))
-        mapped.set_attr("tool_description", attrs.get(g.GEN_AI_TOOL_DESCRIPTION) or None)
+            mapped.tool_call_ids = _ids(attrs.get("gen_ai.tool.call.id"))
+        mapped.set_attr("tool_type", attrs.get("gen_ai.tool.type"))
+        mapped.set_attr("tool_description", attrs.get("gen_ai.tool.description") or None)
         # generic input.value / output.value (Koog, MLflow-style) when the opt-in keys are absent
-        arguments = attrs.get(g.GEN_AI_TOOL_CALL_ARGUMENTS, attrs.get("input.value"))
-        result = attrs.get(g.GEN_AI_TOOL_CALL_RESULT, attrs.get("output.value"))
+        arguments = attrs.get("gen_ai.tool.call.arguments", attrs.get("input.value"))
+        result = attrs.get("gen_ai.tool.call.result", attrs.get("output.value"))
         if arguments is not None:
             mapped.set_inputs({"arguments": parse_json(arguments)})
         if result is not None:
@@ -261,7 +259,7 @@ def read(span: NormalizedSpan, mapped: MappedSpan) -> bool:
 
 
 def _agent_name(span: NormalizedSpan, attrs: dict[str, Any]) -> str:
-    name = attrs.get(g.GEN_AI_AGENT_NAME) or attrs.get(g.GEN_AI_AGENT_ID)
+    name = attrs.get("gen_ai.agent.name") or attrs.get("gen_ai.agent.id")
     if isinstance(name, str) and name:
         return name
     for prefix in ("invoke_agent ", "create_agent "):
@@ -271,18 +269,18 @@ def _agent_name(span: NormalizedSpan, attrs: dict[str, Any]) -> str:
 
 
 def _usage(attrs: dict[str, Any], mapped: MappedSpan) -> None:
-    model = attrs.get(g.GEN_AI_RESPONSE_MODEL) or attrs.get(g.GEN_AI_REQUEST_MODEL)
+    model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
     mapped.set_attr("model", model)
-    mapped.set_attr("provider", attrs.get(g.GEN_AI_PROVIDER_NAME) or attrs.get(g.GEN_AI_SYSTEM))
+    mapped.set_attr("provider", attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system"))
     mapped.set_attr(
         "input_tokens",
-        attrs.get(g.GEN_AI_USAGE_INPUT_TOKENS, attrs.get(g.GEN_AI_USAGE_PROMPT_TOKENS)),
+        attrs.get("gen_ai.usage.input_tokens", attrs.get("gen_ai.usage.prompt_tokens")),
     )
     mapped.set_attr(
         "output_tokens",
-        attrs.get(g.GEN_AI_USAGE_OUTPUT_TOKENS, attrs.get(g.GEN_AI_USAGE_COMPLETION_TOKENS)),
+        attrs.get("gen_ai.usage.output_tokens", attrs.get("gen_ai.usage.completion_tokens")),
     )
-    mapped.set_attr("response_id", attrs.get(g.GEN_AI_RESPONSE_ID))
+    mapped.set_attr("response_id", attrs.get("gen_ai.response.id"))
     # a parameter recorded as None was not set (Traceloop's OpenAI instrumentation writes the
     # ``omit`` of every parameter the ``chat.completions.stream`` helper left out that way)
     params = {short: attrs[key] for key, short in _PARAMETERS.items() if attrs.get(key) is not None}
@@ -291,18 +289,18 @@ def _usage(attrs: dict[str, Any], mapped: MappedSpan) -> None:
 
 
 def _read_messages(span: NormalizedSpan, attrs: dict[str, Any], mapped: MappedSpan) -> None:
-    model = attrs.get(g.GEN_AI_REQUEST_MODEL)
+    model = attrs.get("gen_ai.request.model")
     if model == "unknown":  # Traceloop's LangChain spans: the model another reader found
         model = mapped.attributes.get("model", model)
-    tools = attrs.get(g.GEN_AI_TOOL_DEFINITIONS)
-    system = attrs.get(g.GEN_AI_SYSTEM_INSTRUCTIONS)
-    reasons = attrs.get(g.GEN_AI_RESPONSE_FINISH_REASONS)
-    if g.GEN_AI_INPUT_MESSAGES in attrs or system is not None:
+    tools = attrs.get("gen_ai.tool.definitions")
+    system = attrs.get("gen_ai.system_instructions")
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    if "gen_ai.input.messages" in attrs or system is not None:
         mapped.set_llm_inputs(
-            attrs.get(g.GEN_AI_INPUT_MESSAGES), system=system, tools=tools, model=model
+            attrs.get("gen_ai.input.messages"), system=system, tools=tools, model=model
         )
-    if g.GEN_AI_OUTPUT_MESSAGES in attrs:
-        output = parse_json(attrs[g.GEN_AI_OUTPUT_MESSAGES])
+    if "gen_ai.output.messages" in attrs:
+        output = parse_json(attrs["gen_ai.output.messages"])
         mapped.set_llm_output(output)
         if reasons is None:
             reasons = finish_reasons(output) or None
