@@ -105,15 +105,18 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     quiet = logging.getLogger("opentelemetry.exporter.otlp")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    reason = ""
     try:
         outcome = exporter.export(memory.get_finished_spans())
+    except Exception as exc:  # the OTLP/HTTP exporter of 1.27 raises what requests raised
+        outcome, reason = SpanExportResult.FAILURE, f" ({type(exc).__name__})"
     finally:
         quiet.setLevel(level)
         exporter.shutdown()
     if outcome is not SpanExportResult.SUCCESS:
         raise click.ClickException(
-            f"could not export the verdict to {endpoint}: is an OTLP/HTTP receiver listening "
-            "there? (agent-replay collect, an OTel Collector, Jaeger, Phoenix ...)"
+            f"could not export the verdict to {endpoint}{reason}: is an OTLP/HTTP receiver "
+            "listening there? (agent-replay collect, an OTel Collector, Jaeger, Phoenix ...)"
         )
     return format(context.trace_id, "032x")
 
