@@ -809,9 +809,22 @@ def decode_proto_traces(message: Any, prefix: str = "") -> Decoded:
     return out
 
 
+def _pb_event_name(r: Any) -> str:
+    try:
+        return r.event_name
+    except AttributeError:  # opentelemetry-proto before 1.35 has no event_name (field 12):
+        # the parser kept it as an unknown field
+        from google.protobuf.unknown_fields import UnknownFieldSet
+
+        for field in UnknownFieldSet(r):
+            if field.field_number == 12 and field.wire_type == 2:
+                return field.data.decode("utf-8", "replace")
+        return ""
+
+
 def _pb_log(r: Any) -> LogEvent:
     attributes = _pb_attributes(r.attributes)
-    name = r.event_name or attributes.get("event.name") or ""
+    name = _pb_event_name(r) or attributes.get("event.name") or ""
     return LogEvent(
         name=str(name),
         time_ns=r.time_unix_nano or r.observed_time_unix_nano,
