@@ -2,7 +2,6 @@
 Collector's file exporter writes with ``compression: zstd`` (both of its layouts) and of
 gzip'd or zstd'd files, read whole and in blocks."""
 
-import base64
 import gzip
 import io
 import json
@@ -18,12 +17,12 @@ import agent_replay.ingest as ingest
 from agent_replay import CheckpointStore
 from agent_replay.ingest import compression, detect_format, import_into, load_many
 from agent_replay.ingest.compression import Inflated, Undecodable
+from otlp_protobuf import protobuf_request
 from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
 SPANS = SHARED / "fixtures" / "generated" / "otel_event_only.jsonl"
 LOGS = SHARED / "fixtures" / "generated" / "otel_event_only.logs.jsonl"
-HERE = Path(__file__).resolve().parent
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -178,45 +177,7 @@ def otlp_lines() -> list[bytes]:
 
 def proto_messages() -> list[bytes]:
     """The same requests as OTLP protobuf messages."""
-    from google.protobuf import json_format
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    out = []
-    for line in otlp_lines():
-        doc = json.loads(line)
-        cls = ExportTraceServiceRequest if "resourceSpans" in doc else ExportLogsServiceRequest
-        for item in _walk(doc):  # OTLP/JSON ids are hex; json_format wants base64
-            for key in ("traceId", "spanId", "parentSpanId"):
-                if isinstance(item.get(key), str):
-                    item[key] = base64.b64encode(bytes.fromhex(item[key])).decode()
-        data = json_format.ParseDict(doc, cls()).SerializeToString() if known(doc) else None
-        if cls is ExportLogsServiceRequest:  # kept as bytes (data/README.md): any proto reads it
-            stored = (HERE / "data" / f"{LOGS.stem}.binpb").read_bytes()
-            assert data in (None, stored)
-            data = stored
-        out.append(data)
-    return out
-
-
-def known(doc: dict) -> bool:
-    """Whether the installed opentelemetry-proto has every field of ``doc`` (``eventName``
-    came in 1.35)."""
-    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-
-    return "resourceLogs" not in doc or "event_name" in LogRecord.DESCRIPTOR.fields_by_name
-
-
-def _walk(node):
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _walk(item)
+    return [protobuf_request(json.loads(line), f"{LOGS.stem}.binpb") for line in otlp_lines()]
 
 
 def prefixed(messages: list[bytes]) -> bytes:
