@@ -1,0 +1,309 @@
+"""collector-config/ run under a real OpenTelemetry Collector: applications export through the
+Collector with the real OpenTelemetry SDK, the Collector's own OTLP exporters deliver to
+agent-replay's receiver, and every span arrives exactly once, with its log-borne content.
+
+Needs a Collector binary with the core components (OTLP receiver and exporters, batch):
+``$AGENT_REPLAY_OTELCOL``, else ``otelcol-contrib`` or ``otelcol`` on the PATH; CI builds one
+with ``.ci/install-otelcol``. Without one these tests are skipped. The two configs that need
+contrib components (``loadbalancing``, ``file``) are not run here: no binary at hand has them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import set_span_in_context
+
+from agent_replay import CheckpointStore
+from agent_replay.ingest.receiver import Collector, ReceiverConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "collector-config"
+TOKEN = "real-collector-token"
+RUNS = 6
+TOOLS = 2
+
+
+def otelcol_binary() -> str | None:
+    named = os.environ.get("AGENT_REPLAY_OTELCOL")
+    if named:
+        return named
+    return shutil.which("otelcol-contrib") or shutil.which("otelcol")
+
+
+pytestmark = pytest.mark.skipif(
+    otelcol_binary() is None,
+    reason="no OpenTelemetry Collector binary: set AGENT_REPLAY_OTELCOL (.ci/install-otelcol "
+    "builds one) or put otelcol / otelcol-contrib on the PATH",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def receiver(path: Path, **config) -> Iterator[tuple[Collector, CheckpointStore]]:
+    """agent-replay's receiver (what `agent-replay collect` serves) on free ports."""
+    store = CheckpointStore(path)
+    options = {"assemble_interval": 0.05, "retry_after": 1.0, **config}
+    collector = Collector(
+        store, http="127.0.0.1:0", grpc="127.0.0.1:0", config=ReceiverConfig(**options)
+    ).start()
+    try:
+        yield collector, store
+    finally:
+        collector.stop(grace=2)
+        store.close()
+
+
+def shipped(name: str, **exporters) -> tuple[dict, int, int]:
+    """collector-config/NAME with its OTLP receiver on free ports, the named exporters'
+    settings updated, and the Collector's own metrics endpoint off (two Collectors, or
+    anything else on :8888, would clash). Returns it and the receiver's gRPC and HTTP ports."""
+    config = yaml.safe_load((CONFIGS / name).read_text())
+    ports = free_port(), free_port()
+    protocols = config["receivers"]["otlp"]["protocols"]
+    protocols["grpc"]["endpoint"], protocols["http"]["endpoint"] = (
+        f"127.0.0.1:{port}" for port in ports
+    )
+    for exporter, settings in exporters.items():
+        config["exporters"][exporter].update(settings)
+    config["service"]["telemetry"] = {"metrics": {"level": "none"}}
+    return config, *ports
+
+
+@contextlib.contextmanager
+def otelcol(config: dict, http_port: int, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """The Collector running ``config`` until the block ends; its log is shown on failure."""
+    config_file = tmp_path / "otelcol.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    log = tmp_path / "otelcol.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [otelcol_binary(), "--config", str(config_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "AGENT_REPLAY_TOKEN": TOKEN},
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not listening(http_port):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        print(log.read_text())  # pytest shows it for a failing test
+
+
+def send_agent_runs(
+    http_port: int, grpc_port: int | None = None, runs: range = range(RUNS)
+) -> list[tuple[str, str]]:
+    """Agent runs exported by the real SDK to an OTLP receiver (spans over gRPC when
+    ``grpc_port`` is given, else over HTTP; logs over HTTP): each an invoke_agent root, a chat
+    span whose messages travel as an event-only log record, and TOOLS execute_tool spans.
+    Returns the (trace id, span id) of every span sent."""
+    if grpc_port is None:
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces")
+    else:
+        exporter = GrpcSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True)
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=20))
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(
+            OTLPLogExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/logs"),
+            schedule_delay_millis=20,
+        )
+    )
+    tracer = tracer_provider.get_tracer("real-collector-test")
+    logger = logger_provider.get_logger("opentelemetry.instrumentation.genai.test")
+    sent = []
+    for run in runs:
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
+        with tracer.start_as_current_span("invoke_agent planner", attributes=agent) as root:
+            with tracer.start_as_current_span(
+                "chat m", attributes={"gen_ai.operation.name": "chat"}
+            ) as chat:
+                logger.emit(
+                    event_name="gen_ai.client.inference.operation.details",
+                    attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.input.messages": prompt(run),
+                    },
+                    context=set_span_in_context(chat),
+                )
+                sent.append(chat.get_span_context())
+            for tool in range(TOOLS):
+                attributes = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": f"t{tool}",
+                    "gen_ai.tool.call.result": f'"{run}-{tool}"',
+                }
+                with tracer.start_as_current_span(
+                    f"execute_tool t{tool}", attributes=attributes
+                ) as s:
+                    sent.append(s.get_span_context())
+            sent.append(root.get_span_context())
+    logger_provider.shutdown()
+    tracer_provider.shutdown()
+    return [(format(c.trace_id, "032x"), format(c.span_id, "016x")) for c in sent]
+
+
+def prompt(run: int) -> list[dict]:
+    return [{"role": "user", "parts": [{"type": "text", "content": f"question {run}"}]}]
+
+
+def received(db_path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute("SELECT trace_id, span_id FROM pending_spans").fetchall()
+
+
+def wait_for(db_path: Path, sent: list[tuple[str, str]], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while set(received(db_path)) != set(sent):
+        assert time.monotonic() < deadline, f"{len(received(db_path))} of {len(sent)} arrived"
+        time.sleep(0.05)
+
+
+def check_stored(collector: Collector, store: CheckpointStore, sent, runs=range(RUNS)) -> None:
+    """Every span once, every run a trajectory whose chat step has its log-borne prompt."""
+    collector.stop(grace=2)  # assembles what is waiting
+    assert collector.receiver.snapshot()["spans_stored"] == len(sent) == len(set(sent))
+    trajectories = list(store.load_all())
+    assert len(trajectories) == len(runs)
+    prompts = []
+    for trajectory in trajectories:
+        chat, *tools = trajectory.steps
+        assert len(tools) == TOOLS
+        assert trajectory.metadata["capture"]["steps_without_content"] == []
+        prompts.append(chat.inputs["messages"])
+    assert sorted(prompts, key=str) == sorted(map(prompt, runs), key=str)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compression"),
+    [
+        ("proto", "gzip"),
+        ("json", "gzip"),
+        ("proto", "zstd"),
+        ("proto", "deflate"),
+        ("json", "none"),
+    ],
+)
+def test_relay_delivers_every_span_once_with_its_logged_content(
+    tmp_path, db_path, encoding, compression
+):
+    with receiver(db_path, token=TOKEN) as (collector, store):
+        config, _grpc, http = shipped(
+            "relay.yaml",
+            **{
+                "otlphttp/agent_replay": {
+                    "endpoint": f"http://127.0.0.1:{collector.http_port}",
+                    "encoding": encoding,
+                    "compression": compression,
+                }
+            },
+        )
+        with otelcol(config, http, tmp_path):
+            sent = send_agent_runs(http)
+            wait_for(db_path, sent)
+        check_stored(collector, store, sent)
+
+
+def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
+    """The receiver answers 503 with Retry-After while its disk is busy; the Collector's
+    retry_on_failure (as relay.yaml sets it) delivers once the disk is free, nothing twice."""
+    with receiver(db_path, token=TOKEN, ack_timeout=0.3) as (collector, store):
+        config, _grpc, http = shipped(
+            "relay.yaml",
+            **{"otlphttp/agent_replay": {"endpoint": f"http://127.0.0.1:{collector.http_port}"}},
+        )
+        with otelcol(config, http, tmp_path):
+            lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
+            lock.execute("BEGIN IMMEDIATE")  # the receiver's commits wait behind it
+            try:
+                sent = send_agent_runs(http)
+                deadline = time.monotonic() + 20
+                while not collector.receiver.snapshot()["errors"].get("Unavailable"):
+                    assert time.monotonic() < deadline, collector.receiver.snapshot()
+                    time.sleep(0.05)
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            wait_for(db_path, sent)
+        check_stored(collector, store, sent)
+
+
+def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_path):
+    """fanout.yaml over gRPC: with both destinations up, each gets every span; with
+    agent-replay unreachable, the existing backend (here a second receiver) still does, batch
+    after batch (without agent-replay's sending_queue, the second batch would wait behind the
+    first one's retries: only half arrives)."""
+    backend_db = tmp_path / "backend.sqlite"
+    with (
+        receiver(db_path, token=TOKEN) as (ours, store),
+        receiver(backend_db) as (backend, backend_store),
+    ):
+        config, grpc_port, http = shipped(
+            "fanout.yaml",
+            **{
+                "otlp/backend": {"endpoint": f"127.0.0.1:{backend.grpc_port}"},
+                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{ours.grpc_port}"},
+            },
+        )
+        with otelcol(config, http, tmp_path):
+            sent = send_agent_runs(http, grpc_port)
+            wait_for(db_path, sent)
+            wait_for(backend_db, sent)
+        check_stored(ours, store, sent)
+        check_stored(backend, backend_store, sent)
+
+    down = tmp_path / "down"
+    down.mkdir()
+    with receiver(tmp_path / "backend2.sqlite") as (backend, backend_store):
+        config, grpc_port, http = shipped(
+            "fanout.yaml",
+            **{
+                "otlp/backend": {"endpoint": f"127.0.0.1:{backend.grpc_port}"},
+                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{free_port()}"},
+            },
+        )
+        with otelcol(config, http, down):
+            sent = send_agent_runs(http, grpc_port)
+            time.sleep(0.5)  # past the batch processor's timeout (200 ms): a second batch
+            sent += send_agent_runs(http, grpc_port, runs=range(RUNS, 2 * RUNS))
+            wait_for(tmp_path / "backend2.sqlite", sent, seconds=10)
+        check_stored(backend, backend_store, sent, runs=range(2 * RUNS))
