@@ -207,8 +207,10 @@ def test_a_closed_pipe_exits_141_not_1(demo_db):
 def test_ctrl_c_exits_130(tmp_path):
     (tmp_path / "slow.py").write_text(
         textwrap.dedent("""
-        import time
+        import pathlib, time
+        STARTED = pathlib.Path(__file__).with_name("started")
         def agent(ctx):
+            STARTED.touch()
             time.sleep(0.2)
             return ctx.llm("pick", produce=lambda: ctx.rng.random())
         def verifier(result):
@@ -222,14 +224,26 @@ def test_ctrl_c_exits_130(tmp_path):
          "--agent", "slow:agent", "--verifier", "slow:verifier", "--session", "s"],
         check=True, cwd=tmp_path, env=env, capture_output=True,
     )  # fmt: skip
+    started = tmp_path / "started"
+    started.unlink()
     process = _cli(
         "attribute", "--db", db, "--session", "s", "--agent", "slow:agent",
         "--verifier", "slow:verifier", "--no-save",
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=tmp_path, env={**env, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the rollouts have begun (a loaded machine imports slowly)
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)  # faulthandler prints where every thread is
+        _, err = process.communicate()
+        pytest.fail(f"still running 60 s after SIGINT:\n{err.decode()}")
     assert process.returncode == 130, err
     assert b"interrupted" in err and b"Traceback" not in err
 
