@@ -186,31 +186,43 @@ def prompt(run: int) -> list[dict]:
     return [{"role": "user", "parts": [{"type": "text", "content": f"question {run}"}]}]
 
 
-def received(db_path: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute("SELECT trace_id, span_id FROM pending_spans").fetchall()
+def arrived(collector: Collector, db_path: Path) -> tuple[set, int]:
+    """The spans in the receiver's durable table, and how many log records it stored."""
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        spans = set(conn.execute("SELECT trace_id, span_id FROM pending_spans").fetchall())
+    return spans, collector.receiver.snapshot()["logs_stored"]
 
 
-def wait_for(db_path: Path, sent: list[tuple[str, str]], seconds: float = 30) -> None:
+def wait_for(collector, db_path, sent, runs=range(RUNS), seconds: float = 30) -> None:
+    """Until every span sent, and every run's log record, is committed by the receiver."""
     deadline = time.monotonic() + seconds
-    while set(received(db_path)) != set(sent):
-        assert time.monotonic() < deadline, f"{len(received(db_path))} of {len(sent)} arrived"
+    while (got := arrived(collector, db_path)) != (set(sent), len(runs)):
+        assert time.monotonic() < deadline, f"{len(got[0])} of {len(sent)} spans, {got[1]} logs"
         time.sleep(0.05)
 
 
-def check_stored(collector: Collector, store: CheckpointStore, sent, runs=range(RUNS)) -> None:
-    """Every span once, every run a trajectory whose chat step has its log-borne prompt."""
+def check_stored(collector, store, sent, runs=range(RUNS), *, resent: bool = False) -> None:
+    """Every span and log record stored once, and received once (unless ``resent``: then
+    some more than once); every run a trajectory whose chat step has that run's logged prompt
+    and whose tools that run's results."""
     collector.stop(grace=2)  # assembles what is waiting
-    assert collector.receiver.snapshot()["spans_stored"] == len(sent) == len(set(sent))
+    counts = collector.receiver.snapshot()
+    assert counts["spans_stored"] == len(sent) and counts["logs_stored"] == len(runs)
+    if resent:
+        assert counts["spans_received"] > len(sent), counts
+    else:
+        assert counts["spans_received"] == len(sent), counts
+        assert counts["logs_received"] == len(runs), counts
     trajectories = list(store.load_all())
     assert len(trajectories) == len(runs)
-    prompts = []
+    seen = []
     for trajectory in trajectories:
         chat, *tools = trajectory.steps
-        assert len(tools) == TOOLS
         assert trajectory.metadata["capture"]["steps_without_content"] == []
-        prompts.append(chat.inputs["messages"])
-    assert sorted(prompts, key=str) == sorted(map(prompt, runs), key=str)
+        (run,) = [n for n in runs if chat.inputs["messages"] == prompt(n)]
+        assert [tool.output for tool in tools] == [f"{run}-{t}" for t in range(TOOLS)]
+        seen.append(run)
+    assert sorted(seen) == list(runs)
 
 
 @pytest.mark.parametrize(
@@ -239,13 +251,14 @@ def test_relay_delivers_every_span_once_with_its_logged_content(
         )
         with otelcol(config, http, tmp_path):
             sent = send_agent_runs(http)
-            wait_for(db_path, sent)
+            wait_for(collector, db_path, sent)
         check_stored(collector, store, sent)
 
 
 def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
     """The receiver answers 503 with Retry-After while its disk is busy; the Collector's
-    retry_on_failure (as relay.yaml sets it) delivers once the disk is free, nothing twice."""
+    retry_on_failure (as relay.yaml sets it) sends those requests again (the receiver gets
+    more spans than were sent) and nothing is stored twice."""
     with receiver(db_path, token=TOKEN, ack_timeout=0.3) as (collector, store):
         config, _grpc, http = shipped(
             "relay.yaml",
@@ -263,15 +276,19 @@ def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
             finally:
                 lock.execute("ROLLBACK")
                 lock.close()
-            wait_for(db_path, sent)
-        check_stored(collector, store, sent)
+            wait_for(collector, db_path, sent)
+            deadline = time.monotonic() + 20  # the retry comes after Retry-After (1 s)
+            while collector.receiver.snapshot()["spans_received"] <= len(sent):
+                assert time.monotonic() < deadline, collector.receiver.snapshot()
+                time.sleep(0.05)
+        check_stored(collector, store, sent, resent=True)
 
 
 def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_path):
     """fanout.yaml over gRPC: with both destinations up, each gets every span; with
     agent-replay unreachable, the existing backend (here a second receiver) still does, batch
-    after batch (without agent-replay's sending_queue, the second batch would wait behind the
-    first one's retries: only half arrives)."""
+    after batch (were agent-replay's sending_queue turned off, `enabled: false`, the second
+    batch would wait behind the first one's retries: only half arrived, when tried)."""
     backend_db = tmp_path / "backend.sqlite"
     with (
         receiver(db_path, token=TOKEN) as (ours, store),
@@ -286,24 +303,29 @@ def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_p
         )
         with otelcol(config, http, tmp_path):
             sent = send_agent_runs(http, grpc_port)
-            wait_for(db_path, sent)
-            wait_for(backend_db, sent)
+            wait_for(ours, db_path, sent)
+            wait_for(backend, backend_db, sent)
         check_stored(ours, store, sent)
         check_stored(backend, backend_store, sent)
 
     down = tmp_path / "down"
     down.mkdir()
-    with receiver(tmp_path / "backend2.sqlite") as (backend, backend_store):
+    backend_db = tmp_path / "backend2.sqlite"
+    with (
+        receiver(backend_db) as (backend, backend_store),
+        socket.socket() as dead,  # bound, never listening: refuses, and no one else gets it
+    ):
+        dead.bind(("127.0.0.1", 0))
         config, grpc_port, http = shipped(
             "fanout.yaml",
             **{
                 "otlp/backend": {"endpoint": f"127.0.0.1:{backend.grpc_port}"},
-                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{free_port()}"},
+                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{dead.getsockname()[1]}"},
             },
         )
         with otelcol(config, http, down):
             sent = send_agent_runs(http, grpc_port)
             time.sleep(0.5)  # past the batch processor's timeout (200 ms): a second batch
             sent += send_agent_runs(http, grpc_port, runs=range(RUNS, 2 * RUNS))
-            wait_for(tmp_path / "backend2.sqlite", sent, seconds=10)
+            wait_for(backend, backend_db, sent, runs=range(2 * RUNS), seconds=10)
         check_stored(backend, backend_store, sent, runs=range(2 * RUNS))
