@@ -4,8 +4,9 @@ installed on the system).
 
     python3 fetch_debian.py ROOT PACKAGE...      (suite: $DEBIAN_SUITE, default testing)
 
-Trust chain: InRelease's signature is checked with gpgv against the machine's Debian archive
-keyring, Packages.xz against the SHA-256 InRelease gives, each .deb against Packages."""
+Trust chain: InRelease is verified against the machine's Debian archive keyring
+(archive.py), Packages.xz against the SHA-256 it gives, each .deb against Packages.
+Exit status 75 when the archive or a package cannot be had, 1 when a check fails."""
 
 import hashlib
 import lzma
@@ -13,31 +14,21 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
+
+from archive import UNAVAILABLE, Unavailable, get, sha256_of, verified_release
 
 MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SUITE = os.environ.get("DEBIAN_SUITE", "testing")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+INDEX = "main/binary-amd64/Packages.xz"
 
 
-def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=300) as response:
-        return response.read()
-
-
-def index(root: str) -> dict[str, dict[str, str]]:
+def index() -> dict[str, dict[str, str]]:
     """Every package of the suite's main/amd64 index by name, virtual names included."""
-    release = os.path.join(root, "InRelease")
-    with open(release, "wb") as out:
-        out.write(get(f"{MIRROR}/dists/{SUITE}/InRelease"))
-    subprocess.run(["gpgv", "--keyring", KEYRING, release], check=True, capture_output=True)
-    with open(release) as signed:
-        sums = re.search(
-            r"^ ([0-9a-f]{64}) +\d+ main/binary-amd64/Packages.xz$", signed.read(), re.M
-        )
-    packed = get(f"{MIRROR}/dists/{SUITE}/main/binary-amd64/Packages.xz")
-    if sums is None or hashlib.sha256(packed).hexdigest() != sums.group(1):
-        sys.exit("Packages.xz does not match the signed InRelease")
+    digest = sha256_of(verified_release(MIRROR, SUITE, KEYRING), INDEX)
+    packed = get(f"{MIRROR}/dists/{SUITE}/{INDEX}")
+    if hashlib.sha256(packed).hexdigest() != digest:
+        sys.exit(f"{INDEX} does not match the signed Release")
     packages: dict[str, dict[str, str]] = {}
     for paragraph in lzma.decompress(packed).decode().split("\n\n"):
         fields = dict(re.findall(r"^([\w-]+): (.*)$", paragraph, re.M))
@@ -45,13 +36,17 @@ def index(root: str) -> dict[str, dict[str, str]]:
             packages[fields["Package"]] = fields
     for fields in list(packages.values()):
         for virtual in fields.get("Provides", "").split(","):
-            packages.setdefault(virtual.split("(")[0].strip(), fields)
+            if virtual.strip():
+                packages.setdefault(virtual.split("(")[0].strip(), fields)
     return packages
 
 
 def closure(packages: dict[str, dict[str, str]], wanted: list[str]) -> list[dict[str, str]]:
     """The wanted packages and, transitively, the golang-* packages they depend on (the first
     alternative the index has; versions are what the suite holds, which it keeps consistent)."""
+    missing = [name for name in wanted if name not in packages]
+    if missing:
+        raise Unavailable(f"Debian {SUITE} has no {', '.join(missing)}")
     todo, chosen = list(wanted), {}
     while todo:
         fields = packages[todo.pop()]
@@ -71,16 +66,20 @@ def closure(packages: dict[str, dict[str, str]], wanted: list[str]) -> list[dict
 def main() -> None:
     root, *wanted = sys.argv[1:]
     os.makedirs(os.path.join(root, "debs"), exist_ok=True)
-    chosen = closure(index(root), wanted)
-    for fields in chosen:
-        deb = os.path.join(root, "debs", os.path.basename(fields["Filename"]))
-        data = get(f"{MIRROR}/{fields['Filename']}")
-        if hashlib.sha256(data).hexdigest() != fields["SHA256"]:
-            sys.exit(f"{fields['Filename']} does not match the signed index")
-        with open(deb, "wb") as out:
-            out.write(data)
-        subprocess.run(["dpkg-deb", "-x", deb, os.path.join(root, "tree")], check=True)
-        os.remove(deb)
+    try:
+        chosen = closure(index(), wanted)
+        for fields in chosen:
+            deb = os.path.join(root, "debs", os.path.basename(fields["Filename"]))
+            data = get(f"{MIRROR}/{fields['Filename']}")
+            if hashlib.sha256(data).hexdigest() != fields["SHA256"]:
+                sys.exit(f"{fields['Filename']} does not match the signed index")
+            with open(deb, "wb") as out:
+                out.write(data)
+            subprocess.run(["dpkg-deb", "-x", deb, os.path.join(root, "tree")], check=True)
+            os.remove(deb)
+    except Unavailable as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(UNAVAILABLE)
     with open(os.path.join(root, "versions.txt"), "w") as out:
         out.writelines(f"{f['Package']} {f['Version']}\n" for f in chosen)
     print(f"{len(chosen)} packages from Debian {SUITE} unpacked in {root}/tree")
