@@ -284,6 +284,17 @@ def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
         check_stored(collector, store, sent, resent=True)
 
 
+def fanout(backend_port: int, agent_replay_port: int) -> tuple[dict, int, int]:
+    """fanout.yaml with "your existing backend" and agent-replay on these gRPC ports."""
+    return shipped(
+        "fanout.yaml",
+        **{
+            "otlp/backend": {"endpoint": f"127.0.0.1:{backend_port}"},
+            "otlp/agent_replay": {"endpoint": f"127.0.0.1:{agent_replay_port}"},
+        },
+    )
+
+
 def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_path):
     """fanout.yaml over gRPC: with both destinations up, each gets every span; with
     agent-replay unreachable, the existing backend (here a second receiver) still does, batch
@@ -294,13 +305,7 @@ def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_p
         receiver(db_path, token=TOKEN) as (ours, store),
         receiver(backend_db) as (backend, backend_store),
     ):
-        config, grpc_port, http = shipped(
-            "fanout.yaml",
-            **{
-                "otlp/backend": {"endpoint": f"127.0.0.1:{backend.grpc_port}"},
-                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{ours.grpc_port}"},
-            },
-        )
+        config, grpc_port, http = fanout(backend.grpc_port, ours.grpc_port)
         with otelcol(config, http, tmp_path):
             sent = send_agent_runs(http, grpc_port)
             wait_for(ours, db_path, sent)
@@ -316,13 +321,7 @@ def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_p
         socket.socket() as dead,  # bound, never listening: refuses, and no one else gets it
     ):
         dead.bind(("127.0.0.1", 0))
-        config, grpc_port, http = shipped(
-            "fanout.yaml",
-            **{
-                "otlp/backend": {"endpoint": f"127.0.0.1:{backend.grpc_port}"},
-                "otlp/agent_replay": {"endpoint": f"127.0.0.1:{dead.getsockname()[1]}"},
-            },
-        )
+        config, grpc_port, http = fanout(backend.grpc_port, dead.getsockname()[1])
         with otelcol(config, http, down):
             sent = send_agent_runs(http, grpc_port)
             time.sleep(0.5)  # past the batch processor's timeout (200 ms): a second batch
