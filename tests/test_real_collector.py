@@ -232,6 +232,7 @@ def check_stored(collector, store, sent, runs=range(RUNS), *, resent: bool = Fal
         ("json", "gzip"),
         ("proto", "zstd"),
         ("proto", "deflate"),
+        ("proto", "zlib"),
         ("json", "none"),
     ],
 )

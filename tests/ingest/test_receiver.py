@@ -233,9 +233,9 @@ def test_bad_requests_get_the_right_status_and_the_server_keeps_serving(served, 
 
 def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkeypatch):
     """The SDK's exporters with each of their compressions (HTTP: gzip, deflate, none; gRPC:
-    deflate), and bodies as the Collector's otlphttp exporter sends with `compression: zstd` or
-    `deflate`: all stored. A zstd or deflate bomb gets 413, a damaged body 400, and zstd without
-    a codec 415."""
+    deflate), and bodies as the Collector's otlphttp exporter sends with `compression: zstd`,
+    `deflate` or `zlib` (the same zlib stream, named zlib): all stored. A zstd or deflate bomb
+    gets 413, a damaged body 400, and zstd without a codec 415."""
     collector, store = served(config=fast_config(max_body_bytes=1 << 20))
     expected = []
     for compression in (Compression.Gzip, Compression.Deflate, Compression.NoCompression):
@@ -255,8 +255,8 @@ def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkey
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     exporter.shutdown()
     expected += sent
-    compress = {"zstd": zstd.compress, "deflate": zlib.compress}
-    for codec in ("zstd", "deflate"):
+    compress = {"zstd": zstd.compress, "deflate": zlib.compress, "zlib": zlib.compress}
+    for codec in ("zstd", "deflate", "zlib"):
         spans, sent = recorded_spans(1, f"collector-{codec}")
         body = compress[codec](encode_spans(spans).SerializeToString())
         assert post(collector, body, **{"Content-Encoding": codec}).status_code == 200
@@ -264,7 +264,8 @@ def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkey
         bomb = compress[codec](bytes(8 << 20))
         assert post(collector, bomb, **{"Content-Encoding": codec}).status_code == 413
         damaged = post(collector, body[: len(body) // 2], **{"Content-Encoding": codec})
-        assert damaged.status_code == 400 and codec in Status.FromString(damaged.content).message
+        message = Status.FromString(damaged.content).message
+        assert damaged.status_code == 400 and codec.replace("zlib", "deflate") in message
     monkeypatch.setattr(ingest_compression, "_zstd_module", lambda: None)
     refused = post(collector, zstd.compress(b""), **{"Content-Encoding": "zstd"})
     assert refused.status_code == 415
@@ -272,9 +273,9 @@ def test_every_content_encoding_a_collector_or_sdk_sends_is_taken(served, monkey
     assert "use gzip, deflate or none" in message and "[zstd]" in message
     collector.stop(grace=1)
     tools = stored_tool_spans(store)
-    assert set(tools) <= set(expected) and len(tools) == (4 * 2 + 2) * TOOLS_PER_TRACE
+    assert set(tools) <= set(expected) and len(tools) == (4 * 2 + 3) * TOOLS_PER_TRACE
     agents = {t.steps[0].agent for t in store.load_all()}
-    assert {"collector-zstd", "collector-deflate"} <= agents
+    assert {"collector-zstd", "collector-deflate", "collector-zlib"} <= agents
 
 
 def test_grpc_bad_and_oversized_requests(served):

@@ -186,6 +186,11 @@ class Stats:
         return {**self.__dict__, "errors": dict(self.errors)}
 
 
+# the Collector's otlphttp exporter with `compression: zlib` sends the zlib stream it sends
+# for `deflate`, named zlib (as the Collector's own receiver, this takes both names)
+_ENCODING_NAMES = {"zlib": compression.DEFLATE}
+
+
 class Receiver:
     """Decodes, admits and durably commits OTLP exports; assembles trajectories behind them."""
 
@@ -339,11 +344,12 @@ class Receiver:
         return max(0, min(config.max_body_bytes, config.max_inflight_bytes - others - hold.size))
 
     def decompress(self, body: bytes, encoding: str | None, hold: Hold | None = None) -> bytes:
-        """The body after ``Content-Encoding`` (identity, gzip, deflate, or zstd when a zstd
-        codec is installed), within ``max_body_bytes``, and within what ``hold`` may grow to:
-        a body that would inflate beyond that while other requests hold memory waits its turn
-        (:class:`Overloaded`), as does one that is large already."""
+        """The body after ``Content-Encoding`` (identity, gzip, deflate or its other name
+        zlib, or zstd when a zstd codec is installed), within ``max_body_bytes``, and within
+        what ``hold`` may grow to: a body that would inflate beyond that while other requests
+        hold memory waits its turn (:class:`Overloaded`), as does one that is large already."""
         encoding = (encoding or "identity").strip().lower()
+        encoding = _ENCODING_NAMES.get(encoding, encoding)
         if encoding in ("", "identity"):
             return body
         codecs = compression.available()

@@ -2,8 +2,9 @@
 HTTP server (HTTP/1.1, keep-alive).
 
 Requests: ``Content-Type: application/x-protobuf`` or ``application/json`` (the response uses
-the same), optional ``Content-Encoding`` ``gzip``, ``deflate`` or ``zstd`` (with a zstd codec,
-see :mod:`agent_replay.ingest.compression`), ``Content-Length`` or chunked bodies.
+the same), optional ``Content-Encoding`` ``gzip``, ``deflate`` (also named ``zlib``) or
+``zstd`` (with a zstd codec, see :mod:`agent_replay.ingest.compression`), ``Content-Length``
+or chunked bodies.
 Responses, as the OTLP specification says: 200 with an ``Export*ServiceResponse`` (a partial
 success names the rejected records); 400 for a body that is not OTLP, with a
 ``google.rpc.Status`` (protobuf, or its JSON form for JSON requests); 401 without the bearer
