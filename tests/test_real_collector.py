@@ -33,7 +33,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
 from agent_replay import CheckpointStore
-from agent_replay.ingest.receiver import Collector, ReceiverConfig
+from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
+from self_signed import self_signed
 
 CONFIGS = Path(__file__).resolve().parents[1] / "collector-config"
 TOKEN = "real-collector-token"
@@ -68,12 +69,14 @@ def listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def receiver(path: Path, **config) -> Iterator[tuple[Collector, CheckpointStore]]:
+def receiver(
+    path: Path, tls: TLSConfig | None = None, **config
+) -> Iterator[tuple[Collector, CheckpointStore]]:
     """agent-replay's receiver (what `agent-replay collect` serves) on free ports."""
     store = CheckpointStore(path)
     options = {"assemble_interval": 0.05, "retry_after": 1.0, **config}
     collector = Collector(
-        store, http="127.0.0.1:0", grpc="127.0.0.1:0", config=ReceiverConfig(**options)
+        store, http="127.0.0.1:0", grpc="127.0.0.1:0", config=ReceiverConfig(**options), tls=tls
     ).start()
     try:
         yield collector, store
@@ -254,6 +257,31 @@ def test_relay_delivers_every_span_once_with_its_logged_content(
             sent = send_agent_runs(http)
             wait_for(collector, db_path, sent)
         check_stored(collector, store, sent)
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_relay_and_fanout_over_tls_as_the_readme_says(tmp_path, db_path, transport):
+    """`collect --tls-cert/--tls-key`, and the exporter given the CA: an https:// endpoint
+    with `tls.ca_file` (relay.yaml, OTLP/HTTP) or `tls.ca_file` alone (fanout.yaml, gRPC),
+    as collector-config/README.md says; the Collector's Go TLS client checks the name."""
+    cert, key = self_signed(tmp_path)
+    tls = {"ca_file": str(cert)}
+    with (
+        receiver(db_path, TLSConfig(cert, key), token=TOKEN) as (ours, store),
+        receiver(tmp_path / "backend.sqlite") as (backend, _),  # fanout's other destination
+    ):
+        if transport == "http":
+            endpoint = {"endpoint": f"https://localhost:{ours.http_port}", "tls": tls}
+            config, _, http = shipped("relay.yaml", **{"otlphttp/agent_replay": endpoint})
+        else:
+            config, _, http = fanout(backend.grpc_port, ours.grpc_port)
+            config["exporters"]["otlp/agent_replay"].update(
+                endpoint=f"localhost:{ours.grpc_port}", tls=tls
+            )
+        with otelcol(config, http, tmp_path):
+            sent = send_agent_runs(http)
+            wait_for(ours, db_path, sent)
+        check_stored(ours, store, sent)
 
 
 def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):

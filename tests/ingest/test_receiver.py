@@ -5,7 +5,6 @@ import gzip
 import json
 import socket
 import sqlite3
-import subprocess
 import threading
 import time
 import zlib
@@ -39,6 +38,7 @@ from agent_replay.errors import SessionNotFoundError
 from agent_replay.ingest import compression as ingest_compression
 from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
 from collect_process import start_collect_process
+from self_signed import self_signed
 from slow_client import trickle
 from zstd_codec import zstd
 
@@ -639,29 +639,7 @@ def test_tls_for_both_transports(served, db_path, tmp_path, monkeypatch):
     # requests lets these override the exporter's certificate_file: keep them out of the way
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed(tmp_path)
     collector, _store = served(tls=TLSConfig(cert, key))
     http_exporter = OTLPSpanExporter(
         endpoint=f"https://localhost:{collector.http_port}/v1/traces", certificate_file=str(cert)
