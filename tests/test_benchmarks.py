@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from real_otelcol import otelcol_binary
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -68,6 +70,17 @@ def run_script(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     return result
+
+
+@pytest.mark.skipif(
+    otelcol_binary() is None, reason="no OpenTelemetry Collector binary (see real_otelcol.py)"
+)
+def test_collector_relay_runs_both_ways():
+    out = run_script(str(BENCHMARKS / "collector_relay.py"), "--apps", "2", "--traces", "20").stdout
+    for way in ("direct to agent-replay", "through relay.yaml"):
+        line = next(line for line in out.splitlines() if line.startswith(way))
+        assert "360 spans" in line and "every span stored once" in line
+    assert "through the Collector / direct" in out
 
 
 def test_compare_runs_both_trees_side_by_side():

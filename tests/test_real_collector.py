@@ -2,25 +2,18 @@
 Collector with the real OpenTelemetry SDK, the Collector's own OTLP exporters deliver to
 agent-replay's receiver, and every span arrives exactly once, with its log-borne content.
 
-Needs a Collector binary with the core components (OTLP receiver and exporters, batch):
-``$AGENT_REPLAY_OTELCOL``, else ``otelcol-contrib`` or ``otelcol`` on the PATH; CI builds one
-with ``.ci/install-otelcol``. Without one these tests are skipped. The two configs that need
+Needs a Collector binary with the core components (OTLP receiver and exporters, batch; see
+real_otelcol.py); CI builds one with ``.ci/install-otelcol``. Without one these tests are
+skipped. The two configs that need
 contrib components (``loadbalancing``, ``file``) are not run here: no binary at hand has them."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import socket
 import sqlite3
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -32,103 +25,18 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
-from agent_replay import CheckpointStore
-from agent_replay.ingest.receiver import Collector, ReceiverConfig, TLSConfig
+from agent_replay.ingest.receiver import TLSConfig
+from real_otelcol import TOKEN, arrived, fanout, otelcol, otelcol_binary, receiver, shipped
 from self_signed import self_signed
 
-CONFIGS = Path(__file__).resolve().parents[1] / "collector-config"
-TOKEN = "real-collector-token"
 RUNS = 6
 TOOLS = 2
-
-
-def otelcol_binary() -> str | None:
-    named = os.environ.get("AGENT_REPLAY_OTELCOL")
-    if named:
-        return named
-    return shutil.which("otelcol-contrib") or shutil.which("otelcol")
-
 
 pytestmark = pytest.mark.skipif(
     otelcol_binary() is None,
     reason="no OpenTelemetry Collector binary: set AGENT_REPLAY_OTELCOL (.ci/install-otelcol "
     "builds one) or put otelcol / otelcol-contrib on the PATH",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-        return True
-    return False
-
-
-@contextlib.contextmanager
-def receiver(
-    path: Path, tls: TLSConfig | None = None, **config
-) -> Iterator[tuple[Collector, CheckpointStore]]:
-    """agent-replay's receiver (what `agent-replay collect` serves) on free ports."""
-    store = CheckpointStore(path)
-    options = {"assemble_interval": 0.05, "retry_after": 1.0, **config}
-    collector = Collector(
-        store, http="127.0.0.1:0", grpc="127.0.0.1:0", config=ReceiverConfig(**options), tls=tls
-    ).start()
-    try:
-        yield collector, store
-    finally:
-        collector.stop(grace=2)
-        store.close()
-
-
-def shipped(name: str, **exporters) -> tuple[dict, int, int]:
-    """collector-config/NAME with its OTLP receiver on free ports, the named exporters'
-    settings updated, and the Collector's own metrics endpoint off (two Collectors, or
-    anything else on :8888, would clash). Returns it and the receiver's gRPC and HTTP ports."""
-    config = yaml.safe_load((CONFIGS / name).read_text())
-    ports = free_port(), free_port()
-    protocols = config["receivers"]["otlp"]["protocols"]
-    protocols["grpc"]["endpoint"], protocols["http"]["endpoint"] = (
-        f"127.0.0.1:{port}" for port in ports
-    )
-    for exporter, settings in exporters.items():
-        config["exporters"][exporter].update(settings)
-    config["service"]["telemetry"] = {"metrics": {"level": "none"}}
-    return config, *ports
-
-
-@contextlib.contextmanager
-def otelcol(config: dict, http_port: int, tmp_path: Path) -> Iterator[subprocess.Popen]:
-    """The Collector running ``config`` until the block ends; its log is shown on failure."""
-    config_file = tmp_path / "otelcol.yaml"
-    config_file.write_text(yaml.safe_dump(config))
-    log = tmp_path / "otelcol.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [otelcol_binary(), "--config", str(config_file)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "AGENT_REPLAY_TOKEN": TOKEN},
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while not listening(http_port):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        print(log.read_text())  # pytest shows it for a failing test
 
 
 def send_agent_runs(
@@ -187,13 +95,6 @@ def send_agent_runs(
 
 def prompt(run: int) -> list[dict]:
     return [{"role": "user", "parts": [{"type": "text", "content": f"question {run}"}]}]
-
-
-def arrived(collector: Collector, db_path: Path) -> tuple[set, int]:
-    """The spans in the receiver's durable table, and how many log records it stored."""
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        spans = set(conn.execute("SELECT trace_id, span_id FROM pending_spans").fetchall())
-    return spans, collector.receiver.snapshot()["logs_stored"]
 
 
 def wait_for(collector, db_path, sent, runs=range(RUNS), seconds: float = 30) -> None:
@@ -311,17 +212,6 @@ def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
                 assert time.monotonic() < deadline, collector.receiver.snapshot()
                 time.sleep(0.05)
         check_stored(collector, store, sent, resent=True)
-
-
-def fanout(backend_port: int, agent_replay_port: int) -> tuple[dict, int, int]:
-    """fanout.yaml with "your existing backend" and agent-replay on these gRPC ports."""
-    return shipped(
-        "fanout.yaml",
-        **{
-            "otlp/backend": {"endpoint": f"127.0.0.1:{backend_port}"},
-            "otlp/agent_replay": {"endpoint": f"127.0.0.1:{agent_replay_port}"},
-        },
-    )
 
 
 def test_fanout_feeds_the_backend_even_while_agent_replay_is_down(tmp_path, db_path):
