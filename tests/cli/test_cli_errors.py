@@ -226,9 +226,13 @@ def test_ctrl_c_exits_130(tmp_path):
     )  # fmt: skip
     started = tmp_path / "started"
     started.unlink()
-    process = _cli(
-        "attribute", "--db", db, "--session", "s", "--agent", "slow:agent",
-        "--verifier", "slow:verifier", "--no-save",
+    # the process a terminal starts: a background job's child (CI's, run as `cmd &`) starts
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all
+    terminal = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    process = subprocess.Popen(
+        [sys.executable, "-c", terminal + "from agent_replay.cli import main; main()",
+         "attribute", "--db", db, "--session", "s", "--agent", "slow:agent",
+         "--verifier", "slow:verifier", "--no-save"],
         cwd=tmp_path, env={**env, "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
