@@ -40,6 +40,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from ..errors import ImportFormatError
 from ..mapping.spans import LogEvent, NormalizedSpan, SpanEvent, SpanLink
@@ -809,17 +810,20 @@ def decode_proto_traces(message: Any, prefix: str = "") -> Decoded:
     return out
 
 
-def _pb_event_name(r: Any) -> str:
-    try:
-        return r.event_name
-    except AttributeError:  # opentelemetry-proto before 1.35 has no event_name (field 12):
-        # the parser kept it as an unknown field
-        from google.protobuf.unknown_fields import UnknownFieldSet
+# LogRecord.event_name (field 12) came in opentelemetry-proto 1.35; an older one's parser
+# keeps that field among the record's unknown fields
+_HAS_EVENT_NAME = "event_name" in LogRecord.DESCRIPTOR.fields_by_name
 
-        for field in UnknownFieldSet(r):
-            if field.field_number == 12 and field.wire_type == 2:
-                return field.data.decode("utf-8", "replace")
-        return ""
+
+def _pb_event_name(r: Any) -> str:
+    if _HAS_EVENT_NAME:
+        return r.event_name
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    for unknown in UnknownFieldSet(r):
+        if unknown.field_number == 12 and unknown.wire_type == 2:
+            return unknown.data.decode("utf-8", "replace")
+    return ""
 
 
 def _pb_log(r: Any) -> LogEvent:
