@@ -389,6 +389,43 @@ def test_a_redrawn_tool_result_does_not_change_another_calls_equal_result():
     assert [p["response"] for p in seen[0]["parts"]] == ["order 17: shipped", not_found]
 
 
+@pytest.mark.parametrize("redrawn", [{"temp": 12}, '{"temp": 12}', "sunny, 12C"])
+def test_a_redrawn_json_tool_result_reaches_the_histories_that_hold_it_as_text(redrawn):
+    """An OTel tool result is JSON text: the tool step holds it decoded, later histories as
+    the text that was sent. Matched by value only, the re-draw never reached them, and
+    attribution could not blame the tool (every effect +0.00)."""
+    calls = [
+        call("get_weather", {"city": "Paris"}, "c1"),
+        call("get_weather", {"city": "Oslo"}, "c2"),
+    ]
+    asked = {"role": "assistant", "parts": calls}
+    recorded = '{"temp":-40}'  # as sent, compact
+    answers = {"role": "tool", "parts": [response(recorded, "c1"), response(recorded, "c2")]}
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "Paris"},
+                  action={"temp": -40}, attributes={"tool_call_id": "c1"}),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "Oslo"},
+                  action={"temp": -40}, attributes={"tool_call_id": "c2"}),
+        StepDraft(kind=StepKind.LLM, name="answer", inputs={"messages": [asked, answers]},
+                  action="cold"),
+    ]  # fmt: skip
+    traj = Trajectory("j", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = []
+
+    def weather(request):
+        return redrawn if request.inputs["city"] == "Paris" else {"temp": -40}
+
+    def answer(request):
+        seen.append(request.inputs["messages"][-1])
+        return "ok"
+
+    replay(replayable_agent(traj, {"get_weather": weather, "answer": answer}), traj,
+           ReplayPlan.ablate_from(1))  # fmt: skip
+    text = redrawn if isinstance(redrawn, str) else json.dumps(redrawn)
+    assert [p["response"] for p in seen[0]["parts"]] == [text, recorded]  # c2's stays
+
+
 def test_texts_swapped_by_a_redraw_are_swapped_in_later_strings_too():
     """Replacing one pair after the other undid a swap (A->B, then B->A: both read A)."""
     a, b = "Apple revenue: 94.9 billion", "Microsoft revenue: 69.6 billion"

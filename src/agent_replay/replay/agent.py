@@ -12,7 +12,10 @@ recorded output, since the agent did; a failure of the last step ends the run, a
 
 Rewriting replaces values equal to an old output, and - inside strings - occurrences of old
 text outputs at least ``MIN_SUBSTRING`` characters long (shorter texts like "ok" are only
-replaced where they are the whole value, to avoid rewriting unrelated words).
+replaced where they are the whole value, to avoid rewriting unrelated words). A structured
+old output (an object or a list) also replaces a text that is its JSON encoding, with the new
+output's text: an OTel tool result is JSON text that the tool step holds decoded and later
+chat histories hold as it was sent.
 """
 
 from __future__ import annotations
@@ -455,7 +458,8 @@ def _rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None) 
         if type(value) is type(old) and value == old:
             return new
     if isinstance(value, str):
-        return _replace_text(value, active)
+        encoded = _encoded(value, active)
+        return _replace_text(value, active) if encoded is None else encoded
     if isinstance(value, Mapping):
         inner = _context(value, scope)
         return {k: rewrite(v, pairs, inner) for k, v in value.items()}
@@ -465,6 +469,28 @@ def _rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None) 
     if isinstance(value, tuple):
         return tuple(rewrite(v, pairs, scope) for v in value)
     return value
+
+
+def _encoded(value: str, pairs: Sequence[tuple[Any, Any]]) -> str | None:
+    """The new output's text when ``value`` is the JSON text of a structured old output."""
+    if value.lstrip()[:1] not in ("{", "["):
+        return None
+    structured = [(old, new) for old, new in pairs if isinstance(old, (Mapping, list))]
+    if not structured:
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return None
+    for old, new in structured:
+        if isinstance(decoded, list) is isinstance(old, list) and decoded == old:
+            if isinstance(new, str):
+                return new
+            try:
+                return json.dumps(new, ensure_ascii=False)
+            except (TypeError, ValueError):  # not JSON: the text stays as recorded
+                return None
+    return None
 
 
 def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
