@@ -146,14 +146,17 @@ def open_stream(raw: IO[bytes], codec: str) -> IO[bytes]:
     return zstd().ZstdFile(raw, mode="rb")
 
 
-#: a damaged stream is read this much at a time: what it yields is the same however the
-#: caller then reads it (whole, or in blocks of any size)
+#: a damaged stream is read at most this much at a time, as it inflates (``read1``): what it
+#: yields is the same however the caller then reads it (whole, or in blocks of any size), and
+#: a cut stream yields everything before the cut (a read of a whole piece would lose the part
+#: of it inflated before the end)
 PIECE = 1 << 20
 
 
 class _Salvaging(io.RawIOBase):
-    """The inflated bytes of a compressed stream, :data:`PIECE` at a time, ending (as if at
-    the end of the file) at the first piece that cannot be inflated; ``error`` says why."""
+    """The inflated bytes of a compressed stream, as they inflate (at most :data:`PIECE` at a
+    time), ending (as if at the end of the file) where it cannot be inflated further;
+    ``error`` says why."""
 
     def __init__(self, stream: IO[bytes], codec: str, limit: int) -> None:
         super().__init__()
@@ -172,7 +175,12 @@ class _Salvaging(io.RawIOBase):
             if self.error is not None:
                 return 0
             try:
-                self._pending = self._stream.read(PIECE)
+                self._pending = self._stream.read1(PIECE)
+            except EOFError:  # the end of the file came before the end of the stream
+                self.error = Undecodable(
+                    f"{self._codec} data cut short after {self.inflated:,} bytes"
+                )
+                return 0
             except stream_errors() as exc:
                 self.error = Undecodable(
                     f"corrupt {self._codec} data after {self.inflated:,} bytes ({exc})"
@@ -195,10 +203,10 @@ class _Salvaging(io.RawIOBase):
 
 def salvaging(raw: IO[bytes], codec: str, limit: int = MAX_INFLATED) -> io.BufferedReader:
     """A binary file object of ``raw`` inflated by ``codec`` (gzip or zstd) that ends where
-    the data is damaged (or inflates beyond ``limit``): what comes before is read, whole
-    pieces of :data:`PIECE` bytes, and ``.raw.error`` is the :class:`Undecodable` that
-    stopped it (``None`` at a clean end). A cut or corrupt file thus loses only what follows
-    the damage, identically however it is read."""
+    the data is damaged (or inflates beyond ``limit``): what comes before is read, and
+    ``.raw.error`` is the :class:`Undecodable` that stopped it (``None`` at a clean end). A
+    cut file thus loses only what follows the cut (a corrupt one, at most the :data:`PIECE`
+    being inflated where the damage is), identically however it is read."""
     return io.BufferedReader(_Salvaging(open_stream(raw, codec), codec, limit), buffer_size=PIECE)
 
 
