@@ -1,5 +1,7 @@
 import asyncio
 import time
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -123,6 +125,40 @@ def test_verifier_errors_are_clear():
         record(agent, {"question": "x"}, verifier=lambda r: "yes")
     with pytest.raises(VerifierError, match="raised KeyError"):
         record(agent, {"question": "x"}, verifier=lambda r: r["missing"])
+
+
+class Scalar:
+    """What NumPy (and torch, jax) hand back for ``np.mean(x) > 0.5``: a 0-d value."""
+
+    shape = ()
+
+    def __init__(self, value):
+        self.value = value
+
+    def item(self):
+        return self.value
+
+
+@pytest.mark.parametrize(
+    ("score", "expected"),
+    [(Scalar(True), 1.0), (Scalar(0.25), 0.25), (Fraction(1, 2), 0.5), (Decimal("0.4"), 0.4)],
+)
+def test_a_verifier_may_return_any_real_number(score, expected):
+    """NumPy's bool and float scalars, fractions and decimals were refused ("returned bool
+    np.True_; it must return a number ... or a bool")."""
+    traj = record(agent, {"question": "x"}, verifier=lambda r: score)
+    assert traj.outcome.score == expected
+
+
+class Verdict:
+    pass
+
+
+def test_a_refused_score_names_its_type_with_its_module():
+    with pytest.raises(VerifierError, match=r"returned [\w.]*test_record\.Verdict <"):
+        record(agent, {"question": "x"}, verifier=lambda r: Verdict())
+    with pytest.raises(VerifierError, match=r"returned str 'yes'; it must"):
+        record(agent, {"question": "x"}, verifier=lambda r: Scalar("yes"))
 
 
 def test_session_stores_and_refuses_duplicates(db_path):

@@ -1,4 +1,5 @@
 import asyncio
+import functools
 import dataclasses
 
 import pytest
@@ -418,6 +419,31 @@ def test_the_task_is_recorded_as_the_agent_was_called_with_it():
     assert traj.task == {"msgs": ["hi"]}
     again = replay(agent, traj, verifier=lambda r: r == "hello")
     assert not again.diverged and again.outcome.failed is False
+
+
+def test_how_the_task_is_passed_is_decided_per_agent_under_a_shared_decorator():
+    """Two agents wrapped by one ``functools.wraps`` decorator share the wrapper's code; how
+    the task was passed was cached by that code, so whichever ran first decided for both."""
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    @logged
+    def by_keyword(ctx, question):
+        return ctx.llm("a", produce=lambda: question)
+
+    @logged
+    def whole(ctx, task):
+        return ctx.llm("b", produce=lambda: task["question"])
+
+    for first, second in ((by_keyword, whole), (whole, by_keyword)):
+        for agent in (first, second):
+            traj = record(agent, {"question": "why?"})
+            assert traj.outcome.error is None and traj.outcome.result == "why?"
 
 
 class RateLimited(Exception):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import decimal
 import inspect
 import math
+import numbers
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -116,9 +119,26 @@ async def arun_agent(
         deactivate(token)
 
 
+def _signature_key(agent_fn: Any) -> tuple[Any, ...] | None:
+    """What the agent's signature depends on, to cache it by: the code of the function and of
+    every function it wraps (``functools.wraps`` wrappers of one decorator share their code,
+    ``inspect.signature`` follows ``__wrapped__``); ``None`` when it cannot be cached."""
+    key: list[Any] = []
+    while agent_fn is not None and len(key) < 100:
+        if "__signature__" in getattr(agent_fn, "__dict__", ()):
+            return None
+        key.append(getattr(agent_fn, "__code__", agent_fn))
+        agent_fn = getattr(agent_fn, "__wrapped__", None)
+    return tuple(key)
+
+
 def _expands(agent_fn: Callable[..., Any], args: tuple, task: Mapping[str, Any]) -> bool:
-    key = (getattr(agent_fn, "__code__", agent_fn), len(args), tuple(task))
-    cached = _EXPANDS.get(key)
+    key = (_signature_key(agent_fn), len(args), tuple(task))
+    try:
+        cached = _EXPANDS.get(key) if key[0] is not None else None
+    except TypeError:  # an unhashable callable
+        key = (None, *key[1:])
+        cached = None
     if cached is None:
         try:
             inspect.signature(agent_fn).bind(*args, **task)
@@ -127,7 +147,7 @@ def _expands(agent_fn: Callable[..., Any], args: tuple, task: Mapping[str, Any])
             cached = False
         except ValueError:  # no signature available (builtins)
             cached = True
-        if len(_EXPANDS) < 10_000:
+        if key[0] is not None and len(_EXPANDS) < 10_000:
             _EXPANDS[key] = cached
     return cached
 
@@ -169,17 +189,28 @@ def judge(
 
 
 def coerce_score(raw: Any, where: str) -> float:
-    """A verifier's return value as a score in [0, 1] (bools allowed)."""
+    """A verifier's return value as a score in [0, 1]: a bool, or any real number (a
+    ``Fraction``, a ``Decimal``, a NumPy or other array library's scalar: a value with
+    ``.item()`` and an empty ``shape``)."""
+    if getattr(raw, "shape", None) == () and callable(getattr(raw, "item", None)):
+        with contextlib.suppress(Exception):
+            raw = raw.item()  # numpy.bool_(True) -> True, numpy.float32(0.7) -> 0.7
     if isinstance(raw, bool):
         return 1.0 if raw else 0.0
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+    if isinstance(raw, (numbers.Real, decimal.Decimal)):
         value = float(raw)
         if math.isfinite(value) and 0.0 <= value <= 1.0:
             return value
         raise VerifierError(f"{where}: the verifier returned {raw!r}; a score in [0, 1] is needed")
+    kind = type(raw)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
     raise VerifierError(
-        f"{where}: the verifier returned {type(raw).__name__} {raw!r}; it must return a number "
-        "in [0, 1] (1.0 = success) or a bool"
+        f"{where}: the verifier returned {name} {raw!r}; it must return a number in [0, 1] "
+        "(1.0 = success) or a bool"
     )
 
 
