@@ -241,6 +241,37 @@ def test_verifier_errors_name_the_rollout(demo_run):
         attribute(demo_run, support_agent, lambda r: "no")
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"initial_rollouts": 0},  # spun forever: the rollout levels 0, 0 * 2, ... never grew
+        {"rollouts": 0},
+        {"fidelity_replays": -1},
+        {"shapley_rollouts": 2.5},
+        {"budget": 0},
+        {"budget": -5},
+        {"budget": float("nan")},
+    ],
+)
+def test_settings_that_cannot_run_are_refused_before_any_rollout(demo_run, settings):
+    ran = []
+
+    def agent(*args, **kwargs):
+        ran.append(1)
+        return support_agent(*args, **kwargs)
+
+    name = next(iter(settings))
+    with pytest.raises(ValueError, match=name):
+        attribute(demo_run, agent, refund_approved, **settings)
+    assert not ran
+
+
+def test_an_infinite_budget_is_no_cap(demo_run):
+    """It crashed: "cannot convert float NaN to integer"."""
+    capped = attribute(demo_run, support_agent, refund_approved, budget=float("inf"))
+    assert capped.summary() == attribute(demo_run, support_agent, refund_approved).summary()
+
+
 def test_full_profile_and_shapley(demo_run):
     result = attribute(
         demo_run,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -97,6 +98,24 @@ def attribute(
         raise ValueError(f"culprit_rule must be 'effect' or 'poc'; got {culprit_rule!r}")
     if not 0.5 < confidence < 1:
         raise ValueError("confidence must be in (0.5, 1)")
+    counts = {
+        "rollouts": rollouts,
+        "initial_rollouts": initial_rollouts,
+        "fidelity_replays": fidelity_replays,
+        "shapley_permutations": shapley_permutations,
+        "shapley_rollouts": shapley_rollouts,
+    }
+    for name, count in counts.items():
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 1
+        ):
+            raise ValueError(f"{name} must be a whole number of at least 1; got {count!r}")
+    if budget is not None and math.isinf(budget) and budget > 0:
+        budget = None  # no cap
+    if budget is not None and not budget > 0:
+        raise ValueError(
+            f"budget must be a positive number of live step executions; got {budget!r}"
+        )
     full_rollouts = DEFAULT_ROLLOUTS if rollouts is None else rollouts  # for the cost report
     if rollouts is None:
         rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
