@@ -252,6 +252,34 @@ def test_ctrl_c_exits_130(tmp_path):
     assert b"interrupted" in err and b"Traceback" not in err
 
 
+def test_a_replay_that_leaves_the_recording_does_not_reproduce_it(demo_db, tmp_path, monkeypatch):
+    """An agent that cannot run the recording (called without ``ctx``) raises before its first
+    step, so its outcome is a failure, as the recording's: that read as "reproduces"."""
+    (tmp_path / "wrong.py").write_text("def agent(task):\n    return task\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    same = run(
+        "replay",
+        "--db",
+        demo_db,
+        "--session",
+        "s1",
+        "--agent",
+        AGENT,
+        "--verifier",
+        VERIFIER,
+        "--json",
+    )
+    assert same.exit_code == 0 and json.loads(same.output)["reproduced"] is True
+    for extra in ((), ("--json",)):
+        left = run("replay", "--db", demo_db, "--session", "s1", "--agent", "wrong:agent", *extra)
+        assert left.exit_code == 0, left.output
+        if extra:
+            assert json.loads(left.output)["reproduced"] is False
+        else:
+            assert "DIVERGED at step 0" in left.output
+            assert "does NOT reproduce the recording: the replay left it" in left.output
+
+
 def test_options_that_would_be_ignored_are_refused(demo_db, tmp_path):
     both = run(
         "replay", "--db", demo_db, "--session", "s1", "--agent", AGENT, "--policy", "hold",

@@ -1,6 +1,6 @@
 import asyncio
-import functools
 import dataclasses
+import functools
 
 import pytest
 

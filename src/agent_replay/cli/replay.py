@@ -57,8 +57,12 @@ def replay_command(
         result = replay(
             agent, traj, ReplayPlan.factual(), seed=seed, verifier=verifier, strict=strict
         )
+    # a replay that left the recording does not reproduce it, whatever its outcome (an agent
+    # that raises before its first step "fails" as the recording did)
     reproduced = (
-        result.outcome.failed == traj.outcome.failed
+        False
+        if result.diverged
+        else result.outcome.failed == traj.outcome.failed
         if traj.outcome is not None and result.outcome.failed is not None
         else None
     )
@@ -81,7 +85,9 @@ def replay_command(
             + (
                 ""
                 if reproduced is None
-                else f" ({'reproduces' if reproduced else 'does NOT reproduce'} the recording)"
+                else f" ({'reproduces' if reproduced else 'does NOT reproduce'} the recording"
+                + (": the replay left it" if result.diverged else "")
+                + ")"
             )
         )
         if result.exception:
