@@ -37,6 +37,7 @@ from .errors import (
     SideEffectBlockedError,
     StoreError,
     SuccessfulRunError,
+    UnfaithfulReplayError,
     VerifierError,
 )
 from .model import Lineage, Outcome, Step, StepKind, Trajectory
@@ -119,6 +120,7 @@ __all__ = [
     "SuccessfulRunError",
     "Trajectory",
     "TrajectoryDiff",
+    "UnfaithfulReplayError",
     "VerifierError",
     "__version__",
     "afork",

@@ -6,6 +6,8 @@ can catch the package's errors without catching their own agent's bugs.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgentReplayError(Exception):
     """Base class of every error raised on purpose by agent-replay."""
@@ -93,6 +95,16 @@ class ReplayDivergenceError(ReplayError):
         self.position = position
         self.live = live
         self.closest = closest
+        super().__init__(message)
+
+
+class UnfaithfulReplayError(ReplayError):
+    """Every factual replay (everything held) left the recording: the agent given does not
+    replay this run, so no rollout of it would measure the run. ``divergence`` is where the
+    first replay left it (a :class:`~agent_replay.replay.Divergence`)."""
+
+    def __init__(self, message: str, *, divergence: Any) -> None:
+        self.divergence = divergence
         super().__init__(message)
 
 

@@ -17,7 +17,7 @@ from agent_replay import (
 from agent_replay.attribution.aggregate import mean_interval
 from agent_replay.attribution.result import REPORT_SCHEMA_VERSION
 from agent_replay.demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
-from agent_replay.errors import SuccessfulRunError, VerifierError
+from agent_replay.errors import SuccessfulRunError, UnfaithfulReplayError, VerifierError
 from agent_replay.rollouts import AsyncExecutor, SerialExecutor, ThreadExecutor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -270,6 +270,51 @@ def test_an_infinite_budget_is_no_cap(demo_run):
     """It crashed: "cannot convert float NaN to integer"."""
     capped = attribute(demo_run, support_agent, refund_approved, budget=float("inf"))
     assert capped.summary() == attribute(demo_run, support_agent, refund_approved).summary()
+
+
+def planted(ctx, question, lookup="search"):
+    plan = ctx.llm("plan", produce=lambda: {"q": question}, prompt=question)
+    hits = ctx.tool(lookup, produce=lambda: "bug" if ctx.rng.random() < 0.7 else "ok", q=plan["q"])
+    return {"answer": ctx.llm("write", produce=lambda: hits, context=hits)}
+
+
+def answered_ok(result):
+    return result["answer"] == "ok"
+
+
+def test_an_agent_that_does_not_replay_the_run_is_refused_before_the_search():
+    """Every factual replay left the recording: the search still spent its whole cap (9,600
+    rollouts for an agent called with the wrong signature) and called the failure
+    "reproduced"."""
+    traj = record(planted, {"question": "q"}, seed=1, verifier=answered_ok)
+    assert traj.outcome.failed
+    calls = []
+
+    def wrong_signature(task):
+        calls.append(task)
+        return {"answer": "bug"}
+
+    with pytest.raises(UnfaithfulReplayError, match="raised TypeError") as raised:
+        attribute(traj, wrong_signature, answered_ok, budget=100)
+    assert raised.value.divergence.position == 0 and not calls
+
+    def renamed(ctx, question):
+        return planted(ctx, question, lookup="lookup")
+
+    with pytest.raises(UnfaithfulReplayError, match=r"at step 1: .*tool:lookup.*tool:search"):
+        attribute(traj, renamed, answered_ok, budget=100)
+
+
+def test_an_agent_that_leaves_the_recording_in_some_replays_is_attributed_with_a_warning():
+    traj = record(planted, {"question": "q"}, seed=1, verifier=answered_ok)
+    replays = []
+
+    def sometimes_renamed(ctx, question):
+        replays.append(1)
+        return planted(ctx, question, lookup="lookup" if len(replays) % 4 == 0 else "search")
+
+    result = attribute(traj, sometimes_renamed, answered_ok, budget=200)
+    assert result.fidelity.diverged and "factual replays diverged" in result.fidelity.warning
 
 
 def test_full_profile_and_shapley(demo_run):

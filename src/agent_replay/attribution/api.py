@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.run import Verifier
-from ..errors import FailedRunError, SuccessfulRunError
+from ..errors import FailedRunError, SuccessfulRunError, UnfaithfulReplayError
 from ..model import Trajectory
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
@@ -142,7 +142,7 @@ def attribute(
     def probe(position: int, seeds: list[int]) -> list[bool]:
         return [event(result) for result in engine.run(ReplayPlan.ablate_from(position), seeds)]
 
-    def run_position(position: int, seeds: list[int], probe_same: bool = False) -> None:
+    def run_position(position: int, seeds: list[int], probe_same: bool = False) -> list[Any]:
         results = engine.run(ReplayPlan.ablate_from(position), seeds, stop_if_same=probe_same)
         for seed, result in zip(seeds, results, strict=True):
             if result.same_at is not None:
@@ -156,10 +156,13 @@ def attribute(
                 profile.outcomes.setdefault(covered, {}).setdefault(seed, outcome)
             for covered in range(position, end):
                 profile.same.setdefault(covered, set()).add(seed)
+        return results
 
     # fidelity: factual replays (everything held) - cheap, and they settle F(n)
     replays = fidelity_replays or max(initial_rollouts, 8)
-    run_position(n, list(range(replays)))
+    factual = run_position(n, list(range(replays)))
+    if all(result.diverged for result in factual):
+        raise _unfaithful(trajectory, factual)
     fidelity = _fidelity(profile, n, engine, confidence, credit)
     recorded_failed = trajectory.outcome.failed if trajectory.outcome is not None else None
     observed_failed = fidelity.failure_rate >= 0.5
@@ -399,6 +402,24 @@ def attribute(
 
 def _trace_id(trajectory: Trajectory) -> str | None:
     return next((s.trace_id for s in trajectory.steps if s.trace_id), None)
+
+
+def _unfaithful(trajectory: Trajectory, replays: Sequence[Any]) -> UnfaithfulReplayError:
+    """The error for an agent none of whose factual replays stayed on the recording."""
+    first = replays[0]
+    where = first.divergence
+    raised = first.exception
+    said = f" (the live call: {where.live}; recorded: {where.recorded})" if where.recorded else ""
+    said += f"; the agent raised {raised['type']}: {raised['message']}" if raised else ""
+    return UnfaithfulReplayError(
+        f"session {trajectory.session_id!r}: every factual replay ({len(replays)} of "
+        f"{len(replays)}, every step held) left the recording, the first at step "
+        f"{where.position}: {where.reason}{said}. The agent given does not replay this run: is "
+        "it the agent that recorded it, with the same code? Does it compute step inputs from "
+        "something the replay does not serve (random or time outside ctx.rng / ctx.now)? "
+        "`agent-replay replay --strict` shows where it leaves. Stopped before the search",
+        divergence=where,
+    )
 
 
 def _fidelity(
