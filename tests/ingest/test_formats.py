@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_replay import CheckpointStore
 from agent_replay.errors import ImportFormatError
-from agent_replay.ingest import detect_format, load, load_many
+from agent_replay.ingest import detect_format, import_into, load, load_many
 from agent_replay.model import StepKind
 from weather_run import TOOL, TOOL_DEFINITION
 
@@ -354,6 +355,17 @@ def test_load_raises_for_the_first_bad_source_load_many_keeps_the_rest(tmp_path)
     assert [s.ok for s in result.sources] == [False, True, False]
     assert len(result.trajectories) == 1
     assert "cannot read" in str(result.sources[2].error)
+
+
+def test_one_source_where_several_are_expected_is_that_source(tmp_path):
+    """``load_many("traces.json")`` read 49 "sources", one per letter of the path."""
+    good = FIXTURES / "atif" / "simple_trajectory.json"
+    for one in (str(good), good, good.read_bytes()):
+        result = load_many(one)
+        assert len(result.sources) == 1 and len(result.trajectories) == 1
+    with CheckpointStore(tmp_path / "runs.sqlite") as store:
+        imported = import_into(store, str(good))
+    assert len(imported.sources) == 1 and len(imported.sessions) == 1
 
 
 def test_integer_timestamps_keep_every_digit():

@@ -31,7 +31,7 @@ import contextlib
 import io
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import IO, Any
@@ -621,7 +621,11 @@ def _read_each(
     """Each readable source's report and what it held, one source at a time. Every report
     goes to ``result.sources`` (a source that cannot be read carries its error) and then to
     ``on_source``, once the caller is done with the source. A large OTLP/JSON Lines file comes
-    in several parts (:func:`_parse_source`), each with the same report."""
+    in several parts (:func:`_parse_source`), each with the same report. One path, bytes
+    or document given where an iterable of them is expected is that one source (a path was
+    read letter by letter)."""
+    if isinstance(sources, (str, os.PathLike, bytes, bytearray, Mapping)):
+        sources = [sources]
     for source in sources:
         report = SourceReport(source=_name(source))
         try:
