@@ -175,6 +175,11 @@ def test_unencodable_values_do_not_lose_the_trajectory():
     assert traj.steps[0].action == {"unencodable": "<opaque>"}
     assert "could not be stored" in traj.steps[0].attributes["capture_notes"][0]
     assert traj.steps[1].action == deep
+    # the trajectory's capture report says so too (it was made before sealing added the note)
+    assert any(
+        n.startswith("step 0: output could not be stored")
+        for n in traj.metadata["capture"]["notes"]
+    )
 
 
 def test_root_error_marks_the_run_failed():

@@ -547,6 +547,7 @@ def _build(
     failed = True if root.span.status_code == 2 and root.error is not None else None
     service = root.span.resource.get("service.name")
     logs = sum(len(m.span.logs) for m in members)
+    steps, as_recorded = _seal(drafts)  # before the report: it reads the notes sealing adds
     metadata: dict[str, Any] = {
         "source": source,
         "trace_ids": sorted({m.span.trace_id for m in members}),
@@ -562,7 +563,6 @@ def _build(
     else:
         prompt = _first_prompt(drafts)
         task = prompt or {"root_span": root.span.name}
-    steps, as_recorded = _seal(drafts)
     if prompt is None or not as_recorded:
         # a prompt taken from a step's inputs was checked with them as the step was sealed
         notes: list[str] = []
