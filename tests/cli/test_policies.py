@@ -126,3 +126,22 @@ def test_bad_policy_specs_are_refused_with_a_message(workdir, spec):
     assert result.exit_code in (1, 2)
     assert result.exception is None or isinstance(result.exception, SystemExit)  # no crash
     assert "--policy" in result.output or "no resample policy" in result.output
+
+
+def test_a_policy_key_that_matches_no_step_is_a_usage_error(workdir):
+    """A misspelt step name re-drew nothing: attribution said "nothing to attribute" and
+    advised raising --rollouts or --budget."""
+    result = CliRunner().invoke(
+        main,
+        ["attribute", "--db", "runs.sqlite", "--session", "weather", "--verifier",
+         "weather_policies:rainy", "--policy", "get_wether=weather_policies:weather",
+         "--policy", "plan=weather_policies:plan"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "'get_wether' matches no step" in result.output and "'get_weather'" in result.output
+    aggregate = CliRunner().invoke(
+        main,
+        ["aggregate", "--db", "runs.sqlite", "--verifier", "weather_policies:rainy",
+         "--policy", "agent:nobody=weather_policies:plan"],
+    )  # fmt: skip
+    assert aggregate.exit_code == 2 and "'agent:nobody' matches no step" in aggregate.output

@@ -10,6 +10,7 @@ import click
 from ..attribution import aggregate_runs, drift
 from .common import (
     agent_option,
+    check_policy_keys,
     db_option,
     echo_json,
     friendly_errors,
@@ -20,6 +21,7 @@ from .common import (
     open_store,
     output_path,
     plural,
+    policy_keys,
     policy_option,
     required_verifier_option,
     resolve_agent,
@@ -93,13 +95,17 @@ def aggregate_command(
                 else ""
             )
             raise click.ClickException(f"no failing sessions {where}in {db}{but}")
+        if policy_specs and agent_spec is None:  # a key may match steps of some runs only
+            check_policy_keys(trajectories, policy_keys(policy_specs))
         with click.progressbar(
             length=len(trajectories), label="attributing", file=sys.stderr
         ) as bar:
 
             def agent_for(trajectory):
                 bar.update(1)
-                return resolve_agent(agent_spec, trajectory, policy_specs, needs_code=True)
+                return resolve_agent(
+                    agent_spec, trajectory, policy_specs, needs_code=True, check_keys=False
+                )
 
             result = aggregate_runs(
                 trajectories,

@@ -7,7 +7,7 @@ import json
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,10 +240,12 @@ def resolve_agent(
     policy_specs: Sequence[str] = (),
     *,
     needs_code: bool = False,
+    check_keys: bool = True,
 ) -> Callable:
     """The user's agent, or a replay agent for an imported trajectory. ``needs_code``: a
     natively recorded run without ``--agent`` or ``--policy`` is a usage error (its
-    rollouts need the agent's code; the replay agent could only serve its steps)."""
+    rollouts need the agent's code; the replay agent could only serve its steps).
+    ``check_keys``: a ``--policy`` key that matches no step is a usage error."""
     if agent_spec is not None:
         if policy_specs:
             raise click.UsageError(
@@ -254,6 +256,8 @@ def resolve_agent(
     from ..replay.agent import replayable_agent
 
     policies = dict(_policy(spec) for spec in policy_specs)
+    if check_keys:
+        check_policy_keys([trajectory], policies)
     native = not trajectory.source.startswith(("import", "otel"))
     if needs_code and native and not policies:
         raise click.UsageError(
@@ -269,11 +273,42 @@ def resolve_agent(
     return agent
 
 
+def check_policy_keys(trajectories: Sequence[Any], keys: Iterable[str]) -> None:
+    """A ``--policy`` key that no step of ``trajectories`` takes is a usage error that says
+    what keys there are (it re-drew nothing: attribution found "nothing to attribute")."""
+    from ..replay.agent import unmatched_policy_keys
+
+    unmatched = unmatched_policy_keys(trajectories, list(keys))
+    if not unmatched:
+        return
+    steps = [step for trajectory in trajectories for step in trajectory.steps]
+    names = sorted({step.name for step in steps})
+    agents = sorted({f"agent:{step.agent}" for step in steps if step.agent})
+    kinds = sorted({step.kind.value for step in steps})
+    known = ", ".join(map(repr, [*names[:20], *agents[:20], *kinds]))
+    more = " ..." if len(names) > 20 or len(agents) > 20 else ""
+    raise click.BadParameter(
+        f"{', '.join(map(repr, unmatched))} {'matches' if len(unmatched) == 1 else 'match'} "
+        f"no step (or a more specific key takes every step it would); the keys are step "
+        f"names, agent:NAME, kinds and *: {known}{more}",
+        param_hint="--policy",
+    )
+
+
+def _split_policy(spec: str) -> tuple[str, str, str]:
+    return spec.rpartition("=") if "=" in spec else ("llm", "", spec)
+
+
+def policy_keys(policy_specs: Iterable[str]) -> list[str]:
+    """The keys of ``--policy [KEY=]POLICY`` options (``llm`` where none is given)."""
+    return [_split_policy(spec)[0] for spec in policy_specs]
+
+
 def _policy(spec: str) -> tuple[str, Any]:
     """``--policy [KEY=]POLICY`` as ``(key, policy)`` for :func:`replayable_agent`."""
     from ..replay.policies import load_policy
 
-    key, _, policy = spec.rpartition("=") if "=" in spec else ("llm", "", spec)
+    key, _, policy = _split_policy(spec)
     if not key or not policy:
         raise click.BadParameter(f"{spec!r}: expected [KEY=]POLICY", param_hint="--policy")
     if ":" in policy:  # module:function (or a policy class, made with no arguments)

@@ -42,6 +42,7 @@ __all__ = [
     "replayable_agent",
     "rewrite",
     "scoped_pairs",
+    "unmatched_policy_keys",
 ]
 
 MIN_SUBSTRING = 12
@@ -233,6 +234,14 @@ def _policy_key(step: Step, policies: Mapping[str, Any]) -> str | None:
         if key is not None and key in policies:
             return key
     return None
+
+
+def unmatched_policy_keys(trajectories: Sequence[Trajectory], keys: Sequence[str]) -> list[str]:
+    """The policy keys that no step of any of ``trajectories`` would take its policy from (a
+    misspelt step name, an agent or a kind the runs do not have)."""
+    policies = dict.fromkeys(keys)
+    used = {_policy_key(step, policies) for t in trajectories for step in t.steps}
+    return [key for key in keys if key not in used]
 
 
 def replayable_agent(
