@@ -317,6 +317,53 @@ def test_an_agent_that_leaves_the_recording_in_some_replays_is_attributed_with_a
     assert result.fidelity.diverged and "factual replays diverged" in result.fidelity.warning
 
 
+def long_run(ctx, n, culprit):
+    """``n`` steps; step ``culprit`` goes wrong three times in ten, and the run with it."""
+    answer = "ok"
+    for i in range(n):
+        p = 0.3 if i == culprit else 0.0
+        if (
+            ctx.tool(f"s{i}", produce=lambda p=p: "bug" if ctx.rng.random() < p else "ok", i=i)
+            == "bug"
+        ):
+            answer = "bug"
+    return {"answer": answer}
+
+
+@pytest.fixture(scope="module")
+def twelve_steps():
+    return next(
+        t
+        for seed in range(50)
+        if (
+            t := record(long_run, {"n": 12, "culprit": 8}, seed=seed, verifier=answered_ok)
+        ).outcome.failed
+    )
+
+
+def test_the_budget_covers_shapley_values_and_the_repair(twelve_steps):
+    """They ran after the search without looking at the budget: 1,547 live step executions
+    for ``budget=300`` with Shapley values, 7,585 for 3,000 with a repair."""
+    result = attribute(
+        twelve_steps, long_run, answered_ok, budget=3000, method="both", repair=True,
+        shapley_permutations=16,
+    )  # fmt: skip
+    parts = result.cost["live_steps_by_part"]
+    assert result.cost["budget"] == 3000 and result.cost["live_steps"] <= 3000
+    assert sum(parts.values()) == result.cost["live_steps"]
+    assert parts["search"] <= 3000 * (1 - 0.4 - 0.25) and parts["shapley"] and parts["repair"]
+    assert result.culprit_index == 8 and result.shapley and result.repair.valid
+    assert "budget 3000: search" in result.to_text(twelve_steps)
+
+
+def test_extras_the_budget_cannot_pay_for_are_left_out_with_a_warning(twelve_steps):
+    result = attribute(twelve_steps, long_run, answered_ok, budget=200, method="both")
+    assert result.cost["live_steps"] <= 200 and result.shapley is None
+    assert any(w.startswith("step Shapley values left out") for w in result.warnings)
+    unbudgeted = attribute(twelve_steps, long_run, answered_ok, repair=True, rollouts=32)
+    assert unbudgeted.repair is not None and unbudgeted.cost["budget"] is None
+
+
 def test_full_profile_and_shapley(demo_run):
     result = attribute(
         demo_run,

@@ -13,6 +13,7 @@ from ..model import Trajectory
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
+from .budget import fit_repair, fit_shapley, search_budget
 from .effects import PrefixProfile, SearchResult, search_effects, significant
 from .result import (
     LIKELY,
@@ -71,7 +72,8 @@ def attribute(
     curve, with common random numbers, found by an adaptive search (see
     :mod:`agent_replay.attribution.effects`). ``rollouts`` caps the rollouts per evaluated
     position; ``budget`` caps live step executions (each re-drawn step is one LLM or tool call
-    in real life); the cap defaults to 200 rollouts, or 1600 when a ``budget`` is given (the
+    in real life) of the whole analysis, Shapley values and the repair included (see
+    :mod:`agent_replay.attribution.budget`); the cap defaults to 200 rollouts, or 1600 when a ``budget`` is given (the
     budget is then what binds: a rare rescue needs many cheap paired rollouts at one step to
     show). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
     ``agents=True`` adds agent-level Shapley values (default: when the run has 2-8 agents and
@@ -210,6 +212,9 @@ def attribute(
             f"and are held in every rollout: {sorted(observation_only)}; they are not scored"
         )
 
+    step_shapley = method in ("shapley", "both")
+    agent_players = 2 <= len(trajectory.agents) <= 8
+    wants_agents = bool(agents) or (agents is None and step_shapley and agent_players)
     if not any(resamplable):
         search = None
         stop_reason = "nothing to attribute"
@@ -227,7 +232,7 @@ def attribute(
             max_rollouts=rollouts,
             initial_rollouts=min(initial_rollouts, rollouts),
             adaptive=adaptive,
-            budget=budget,
+            budget=search_budget(budget, shapley=step_shapley or wants_agents, repair=repair),
             spent=lambda: engine.cost.live_steps,
             observation_only=observation_only,
             probe=probe,
@@ -266,35 +271,56 @@ def attribute(
 
     shapley = agent_shapley = None
     diverged_before, rollouts_before = engine.cost.diverged, engine.cost.rollouts
-    if method in ("shapley", "both") and search is not None:
+    parts = {"search": engine.cost.live_steps}
+
+    def left(share: float = 1.0) -> float | None:
+        return None if budget is None else (budget - engine.cost.live_steps) * share
+
+    redrawn = sum(resamplable) / 2  # what a rollout of a coalition re-draws, on average
+    if step_shapley and search is not None:
         from .shapley import step_shapley_values
 
-        shapley = step_shapley_values(
-            engine,
-            trajectory,
-            observation_only,
-            permutations=shapley_permutations,
+        fitted = fit_shapley(
+            left(0.5 if wants_agents else 1.0),
+            sum(resamplable),
+            redrawn,
             rollouts=shapley_rollouts,
-            confidence=confidence,
-            credit=credit,
+            permutations=shapley_permutations,
         )
-        if method == "shapley" and culprit_rule == "effect" and shapley.values:
-            culprit = _shapley_culprit(shapley)
-            verdict = LIKELY if culprit is not None else UNDECIDED
-    if search is not None and (
-        agents
-        or (agents is None and method in ("shapley", "both") and 2 <= len(trajectory.agents) <= 8)
-    ):
+        if fitted is None:
+            warnings.append(_left_out("step Shapley values", left()))
+        else:
+            shapley = step_shapley_values(
+                engine,
+                trajectory,
+                observation_only,
+                permutations=fitted[1],
+                rollouts=fitted[0],
+                confidence=confidence,
+                credit=credit,
+            )
+            if method == "shapley" and culprit_rule == "effect" and shapley.values:
+                culprit = _shapley_culprit(shapley)
+                verdict = LIKELY if culprit is not None else UNDECIDED
+    if search is not None and wants_agents:
         from .shapley import agent_shapley_values
 
-        agent_shapley = agent_shapley_values(
-            engine,
-            trajectory,
-            rollouts=shapley_rollouts,
-            confidence=confidence,
-            credit=credit,
-            observation_only=observation_only,
+        players = len({s.agent for s in trajectory.steps if resamplable[s.index] and s.agent})
+        fitted = fit_shapley(
+            left(), players, redrawn, rollouts=shapley_rollouts, permutations=shapley_permutations
         )
+        if fitted is None:
+            warnings.append(_left_out("agent Shapley values", left()))
+        else:
+            agent_shapley = agent_shapley_values(
+                engine,
+                trajectory,
+                rollouts=fitted[0],
+                permutations=fitted[1],
+                confidence=confidence,
+                credit=credit,
+                observation_only=observation_only,
+            )
         if not trajectory.agents:
             warnings.append(
                 "agent-level values asked for, but no step names an agent (ctx.agent blocks, "
@@ -311,19 +337,27 @@ def attribute(
             "step effects (method='contrastive') do not assume held steps stay held"
         )
 
+    parts["shapley"] = engine.cost.live_steps - parts["search"]
     found_repair = None
     if repair and culprit is not None:
-        from .repair import find_minimal_repair
+        from .repair import MAX_CANDIDATES, find_minimal_repair
 
-        found_repair = find_minimal_repair(
-            engine,
-            culprit,
-            candidates=repair_candidates,
-            propose_fn=repair_propose_fn,
-            rollouts=min(rollouts, 64),
-            threshold=repair_threshold,
-            confidence=confidence,
+        per_candidate = fit_repair(
+            left(), n - culprit, rollouts=min(rollouts, 64), candidates=MAX_CANDIDATES
         )
+        if per_candidate is None:
+            warnings.append(_left_out("the repair search", left()))
+        else:
+            found_repair = find_minimal_repair(
+                engine,
+                culprit,
+                candidates=repair_candidates,
+                propose_fn=repair_propose_fn,
+                rollouts=per_candidate,
+                threshold=repair_threshold,
+                confidence=confidence,
+            )
+    parts["repair"] = engine.cost.live_steps - parts["search"] - parts["shapley"]
 
     unfollowed = getattr(agent, "unfollowed_tool_calls", 0) - unfollowed_before
     if unfollowed:
@@ -361,6 +395,8 @@ def attribute(
     cost["limits"] = {"steps": in_force.steps, "seconds": in_force.seconds}
     cost["seconds"] = round(time.perf_counter() - started, 6)
     cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2
+    cost["budget"] = budget
+    cost["live_steps_by_part"] = parts
     culprit_step = trajectory.steps[culprit] if culprit is not None else None
     return AttributionResult(
         session_id=trajectory.session_id,
@@ -397,6 +433,13 @@ def attribute(
         trace_id=culprit_step.trace_id if culprit_step is not None else _trace_id(trajectory),
         culprit_span_id=culprit_step.span_id if culprit_step is not None else None,
         rollout_records=tuple(engine.records) if keep_rollouts else (),
+    )
+
+
+def _left_out(what: str, left: float | None) -> str:
+    return (
+        f"{what} left out: the budget leaves {max(0, round(left or 0))} live step executions "
+        "after the culprit search, too few for even a small version (raise the budget)"
     )
 
 

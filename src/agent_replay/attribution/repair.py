@@ -26,7 +26,10 @@ from ..rollouts.engine import RolloutEngine
 from .result import Repair
 from .stats import binomial_cdf, bonferroni, clopper_pearson
 
-__all__ = ["export_contrastive_pairs", "find_minimal_repair", "minimality"]
+__all__ = ["MAX_CANDIDATES", "export_contrastive_pairs", "find_minimal_repair", "minimality"]
+
+#: the most candidate actions a repair search validates
+MAX_CANDIDATES = 8
 
 
 def minimality(original: Any, replacement: Any) -> float:
@@ -56,7 +59,7 @@ def find_minimal_repair(
     rollouts: int = 32,
     threshold: float = 0.5,
     confidence: float = 0.95,
-    max_candidates: int = 8,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> Repair | None:
     """The most minimal valid repair of ``step`` (or the best attempt, ``valid=False``)."""
     trajectory = engine.trajectory

@@ -137,7 +137,8 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     "--budget",
     default=None,
     type=click.IntRange(1),
-    help="Cap on live step executions (each is one LLM or tool call in real life).",
+    help="Cap on live step executions (each is one LLM or tool call in real life), "
+    "--repair and Shapley values included.",
 )
 @click.option(
     "--method",

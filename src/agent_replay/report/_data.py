@@ -99,6 +99,20 @@ def fmt_rate(value: float | None) -> str:
     return f"{value:.0%}"
 
 
+def fmt_spend(cost: Mapping[str, Any]) -> str:
+    """The budget and what each part of the analysis spent of it, when either is known:
+    "budget 3000: search 1043, Shapley 1248, repair 176" ("" for a search alone, unbudgeted)."""
+    parts = cost.get("live_steps_by_part") or {}
+    names = {"search": "search", "shapley": "Shapley", "repair": "repair"}
+    extras = any(parts.get(name) for name in ("shapley", "repair"))
+    split = (
+        ", ".join(f"{names[k]} {v}" for k, v in parts.items() if k in names and v) if extras else ""
+    )
+    budget = cost.get("budget")
+    head = f"budget {budget:g}" if isinstance(budget, (int, float)) else ""
+    return f"{head}: {split}" if head and split else head or split
+
+
 def _message_text(value: Any) -> str | None:
     """``role: text`` for OTel GenAI message lists (the common LLM step shape), else None."""
     if not (isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value)):

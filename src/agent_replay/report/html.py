@@ -27,6 +27,7 @@ from ._data import (
     fmt_effect,
     fmt_interval,
     fmt_rate,
+    fmt_spend,
     preview,
     step_content,
 )
@@ -499,6 +500,7 @@ def _cost_fidelity(data: Mapping[str, Any]) -> str:
     rows = [
         ("rollouts", cost.get("rollouts")),
         ("live step executions", cost.get("live_steps")),
+        *([("of them", spend)] if (spend := fmt_spend(cost)) else []),
         ("a full profile would need", full),
         (
             "tokens",

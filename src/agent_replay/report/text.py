@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import Trajectory
-from ._data import as_report, fmt_effect, fmt_interval, fmt_rate, preview, step_content
+from ._data import (
+    as_report,
+    fmt_effect,
+    fmt_interval,
+    fmt_rate,
+    fmt_spend,
+    preview,
+    step_content,
+)
 from .explain import unmeasured
 
 __all__ = ["effect_bar", "render_text"]
@@ -120,10 +128,11 @@ def render_text(
     full = cost.get("full_profile_live_steps")
     saving = f" ({cost.get('live_steps', 0) / full:.0%} of a full profile's {full})" if full else ""
     estimated = " (estimated)" if cost.get("tokens_estimated") else ""
+    spend = fmt_spend(cost)
     lines.append(
         f"COST     {cost.get('rollouts', 0)} rollouts, {cost.get('live_steps', 0)} live step "
-        f"executions{saving}, {cost.get('tokens', 0)} tokens{estimated}, "
-        f"{cost.get('seconds', 0):.2f}s"
+        f"executions{saving}{f' ({spend})' if spend else ''}, {cost.get('tokens', 0)} "
+        f"tokens{estimated}, {cost.get('seconds', 0):.2f}s"
     )
     fid = data.get("fidelity") or {}
     lines.append(
