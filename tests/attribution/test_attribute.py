@@ -1,5 +1,6 @@
 import asyncio
 import dataclasses
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -479,8 +480,34 @@ def test_a_repair_guard_keeps_step_names_and_values_out_of_its_code(capsys):
     fix = guard("bad", "good", "write)\nprint('INJECTED')\n#\u2028x")
     assert capsys.readouterr().out == ""  # the name's "code" did not run
     assert fix("bad") == "good" and fix("other") == "other"
-    tuple_fix = guard(("a", 1), ["b", 2], "llm:t")  # not plain JSON: compared by repr
+    tuple_fix = guard(("a", 1), ["b", 2], "llm:t")  # not plain JSON: compared as stored
     assert tuple_fix(("a", 1)) == ["b", 2] and tuple_fix(["a", 1]) == ["a", 1]
+
+
+@pytest.mark.parametrize(
+    ("original", "replacement"),
+    [
+        (datetime.date(2024, 1, 1), datetime.date(2025, 1, 1)),
+        (b"\x00", b"\x01"),
+        ({"k": {1, 2}}, {"k": {3}}),
+        ((1, 2), (3, 4)),
+        ({1: "a"}, {2: "b"}),
+    ],
+)
+def test_a_repair_guard_serves_the_replacement_with_its_own_types(original, replacement):
+    """It served the JSON of the replacement: a date as the text 'datetime.date(2025, 1, 1)',
+    a tuple as a list, a dict's int keys as strings."""
+    from agent_replay.attribution.result import Repair
+    from agent_replay.attribution.stats import Interval
+
+    interval = Interval(0.0, 0.1, 0.95, "clopper-pearson")
+    repair = Repair(0, "llm:t", original, replacement, 0.0, interval, True, 1.0, 0.5, 64, 1, "x")
+    namespace: dict = {}
+    exec(repair.to_guard(), namespace)
+    fix = namespace["guard_llm_t"]
+    served = fix(original)
+    assert served == replacement and type(served) is type(replacement)
+    assert fix("other") == "other" and fix(object()) is not replacement
 
 
 def test_a_budget_too_small_to_measure_gives_valid_json_and_says_so(demo_run):

@@ -73,9 +73,9 @@ def attribute(
     :mod:`agent_replay.attribution.effects`). ``rollouts`` caps the rollouts per evaluated
     position; ``budget`` caps live step executions (each re-drawn step is one LLM or tool call
     in real life) of the whole analysis, Shapley values and the repair included (see
-    :mod:`agent_replay.attribution.budget`); the cap defaults to 200 rollouts, or 1600 when a ``budget`` is given (the
-    budget is then what binds: a rare rescue needs many cheap paired rollouts at one step to
-    show). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
+    :mod:`agent_replay.attribution.budget`); the cap defaults to 200 rollouts, or 1600 when a
+    ``budget`` is given (the budget is then what binds: a rare rescue needs many cheap paired
+    rollouts at one step to show). ``method="shapley"`` / ``"both"`` add step-level Shapley values;
     ``agents=True`` adds agent-level Shapley values (default: when the run has 2-8 agents and
     a Shapley method is chosen). ``repair=True`` searches a minimal repair of the culprit.
 

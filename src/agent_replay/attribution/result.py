@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import canonical
 from .stats import Interval
 
 if TYPE_CHECKING:
@@ -237,20 +238,47 @@ class Repair:
 
         Nothing of the step's name or values reaches the code but as escaped literals (an
         imported span's name is data, not code). Actions that are plain JSON are compared
-        as values; any other action (a tuple, a set) by its ``repr``, as recorded."""
-        plain = _is_plain_json(self.original)
-        original = json.dumps(self.original if plain else repr(self.original))
-        replacement = json.dumps(_jsonable(self.replacement))
-        compared = "action" if plain else "repr(action)"
-        return (
+        and served as JSON values; any other action (a tuple, a set, a date, a dict with
+        int keys) by its canonical encoding, as stored, so the guard serves the replacement
+        with its own types (it then imports ``agent_replay.canonical``)."""
+        plain = _is_plain_json(self.original), _is_plain_json(self.replacement)
+        lines = [
             f"# agent-replay repair for step {self.step} {json.dumps(self.label)}: validated "
-            f"failure rate {self.failure_rate:.2f} over {self.rollouts} rollouts\n"
-            f"import json\n"
-            f"_ORIGINAL = json.loads({original!r})\n"
-            f"_REPLACEMENT = json.loads({replacement!r})\n\n"
-            f"def guard_{_identifier(self.label)}(action):\n"
-            f'    """Return the validated repair when the step produces the failing action."""\n'
-            f"    return _REPLACEMENT if {compared} == _ORIGINAL else action\n"
+            f"failure rate {self.failure_rate:.2f} over {self.rollouts} rollouts",
+            "import json" if all(plain) else "import json\n\nfrom agent_replay import canonical",
+            "",
+        ]
+        if plain[0]:
+            lines.append(f"_ORIGINAL = json.loads({json.dumps(self.original)!r})")
+            compared = "action == _ORIGINAL"
+        else:
+            lines += [
+                f"_ORIGINAL = {canonical.encode(self.original)!r}",
+                "",
+                "",
+                "def _encoded(value):",
+                "    try:",
+                "        return canonical.encode(value)",
+                "    except Exception:  # not a value a step can hold: not the failing action",
+                "        return None",
+                "",
+                "",
+            ]
+            compared = "_encoded(action) == _ORIGINAL"
+        if plain[1]:
+            lines.append(f"_REPLACEMENT = json.loads({json.dumps(self.replacement)!r})")
+        else:
+            lines.append(f"_REPLACEMENT = canonical.decode({canonical.encode(self.replacement)!r})")
+        return "\n".join(
+            [
+                *lines,
+                "",
+                "",
+                f"def guard_{_identifier(self.label)}(action):",
+                '    """Return the validated repair when the step produces the failing action."""',
+                f"    return _REPLACEMENT if {compared} else action",
+                "",
+            ]
         )
 
 
