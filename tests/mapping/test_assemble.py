@@ -80,6 +80,27 @@ def test_tool_without_id_links_by_name_to_the_oldest_open_request():
     assert {s.agent for s in traj.steps} == {"boss"}
 
 
+def test_a_call_id_reused_by_a_later_turn_links_to_that_turns_request():
+    """Servers that number calls per turn (call_0, call_1, ...) reuse ids across the turns of
+    a conversation; every later tool step was linked to the first turn's request."""
+
+    def tool(n, city):
+        attributes = {"gen_ai.tool.name": "weather", "gen_ai.tool.call.id": "call_1",
+                      "gen_ai.tool.call.arguments": json.dumps({"city": city})}  # fmt: skip
+        return span(n, "execute_tool weather", 1, **attributes)
+
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        chat(2, 1, [USER], [call("call_1", "weather", {"city": "Paris"})]),
+        tool(3, "Paris"),
+        chat(4, 1, [USER], [call("call_1", "weather", {"city": "Oslo"})]),
+        tool(5, "Oslo"),
+    ]
+    (traj,) = assemble(spans)
+    tools = [s for s in traj.steps if s.kind is StepKind.TOOL]
+    assert [t.attributes["requested_by"] for t in tools] == [0, 2]
+
+
 def test_tool_answered_only_in_a_later_prompt_is_synthesized_before_that_prompt():
     first = chat(2, 1, [USER], [call("c1", "search", {"q": 1})])
     second = chat(3, 1, [USER, call("c1", "search", {"q": 1}), result("c1", "found")], [])

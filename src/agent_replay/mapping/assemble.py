@@ -446,13 +446,15 @@ def _link(items: list[_Draft]) -> None:
                 draft.attributes = {**draft.attributes, "tool_calls": ids}
             for cid, name, _ in requests:
                 if cid is not None:
-                    by_id.setdefault(cid, index)
+                    # the latest request of an id: servers that number calls per turn
+                    # (call_0, call_1, ...) reuse them in every turn of a conversation
+                    by_id[cid] = index
                 open_by_name[name].append((index, cid))
         elif draft.kind is StepKind.LLM:
             # content capture off: no output to read the calls from, but a dialect may have
             # kept their ids (``tool_calls``), which still link the tool steps
             for cid in draft.attributes.get("tool_calls") or ():
-                by_id.setdefault(str(cid), index)
+                by_id[str(cid)] = index
 
 
 def _name_arguments(
