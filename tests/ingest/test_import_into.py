@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_replay import CheckpointStore, Trajectory
-from agent_replay.ingest import import_into, load
+from agent_replay.ingest import import_into, load, load_many
 from agent_replay.mapping.assemble import assemble
 from agent_replay.model import StepDraft, StepKind, chain_steps
 from agent_replay.store.sink import SpanSink
@@ -233,3 +233,27 @@ def test_a_clean_up_that_fails_after_everything_is_stored_is_a_warning(
         monkeypatch.setattr(store, "forget_pending", real)
         again = import_into(store, paths)  # what the warning says to do
         assert not again.warnings and store.pending_counts()["spans_assembled"] == 0
+
+
+def test_a_span_id_reused_with_other_content_keeps_the_first_copy_both_ways(tmp_path):
+    """Two spans under one id: ``load`` kept the last copy (the tool step was lost and rebuilt
+    from the later prompt), ``import_into`` the first (the final answer was lost), neither
+    said so. Both keep the first now and warn; a repeated copy (a retried export) is silent."""
+    source = SHARED / "fixtures" / "generated" / "otel_span_only.jsonl"
+    document = json.loads(source.read_text().splitlines()[0])
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    retried, reused = tmp_path / "retried.jsonl", tmp_path / "reused.jsonl"
+    retried.write_text(source.read_text() + json.dumps(document) + "\n")
+    spans.append({**spans[-1], "spanId": spans[0]["spanId"], "name": "execute_tool other"})
+    reused.write_text(source.read_text() + json.dumps(document) + "\n")
+    expected = [s.label for s in load(source)[0].steps]
+    for path, warned in ((retried, False), (reused, True)):
+        loaded = load_many([path])
+        with CheckpointStore(tmp_path / f"{path.stem}.sqlite") as store:
+            imported = import_into(store, [path])
+            (session,) = imported.sessions
+            stored = store.load(session.session_id)
+        assert [s.label for s in loaded.trajectories[0].steps] == expected
+        assert [s.label for s in stored.steps] == expected
+        for result in (loaded, imported):
+            assert any("came again with other content" in w for w in result.warnings) is warned

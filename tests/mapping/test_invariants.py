@@ -221,7 +221,9 @@ def test_assemble_never_raises_and_yields_sound_chains(batch):
             key = (step.trace_id, step.span_id)
             assert key not in seen_steps, "a span became two steps"
             seen_steps.add(key)
-    by_key = {(s.trace_id, s.span_id): s for s in batch}  # duplicates: the last copy wins
+    by_key = {}
+    for s in batch:  # duplicates: the first copy wins
+        by_key.setdefault((s.trace_id, s.span_id), s)
     for traj in trajectories:
         for step in traj.steps:
             mapped = map_span(by_key[(step.trace_id, step.span_id)])

@@ -37,7 +37,7 @@ from pathlib import Path, PurePath
 from typing import IO, Any
 
 from ..errors import AgentReplayError, ImportFormatError, StoreError
-from ..mapping.assemble import assemble
+from ..mapping.assemble import assemble, first_copies
 from ..mapping.spans import attach_logs
 from ..model import Trajectory
 from ..store.sink import DurableSpanSink, rehome, save_merged
@@ -671,6 +671,8 @@ def load_many(
         for span in parsed.spans:
             traces.note(span.trace_id, span.start_ns, report.source)
             result.spans.add((span.trace_id, span.span_id))
+    spans, conflicting = first_copies(spans)
+    _warn_conflicting(result, conflicting)
     if logs:
         joinable = [log for log in logs if log.span_id]
         spans, orphans = attach_logs(spans, joinable)
@@ -778,10 +780,19 @@ def import_into(
                 f"{report.source}: nothing to import in it (no spans, log records or runs; "
                 "empty, or not a trace file?)"
             )
+    _warn_conflicting(result, sink.conflicting_spans)
     if staged.started:
         _assemble_staged(sink, staged, result, on_assembled)
     result.sessions = _as_stored(store, result.sessions)
     return result
+
+
+def _warn_conflicting(result: ImportResult, conflicting: int) -> None:
+    if conflicting:
+        result.warnings.append(
+            f"{conflicting} span(s) came again with other content under the same trace and "
+            "span id (a producer that reuses span ids?); the first copy of each is kept"
+        )
 
 
 def _import_store(

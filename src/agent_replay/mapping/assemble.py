@@ -78,11 +78,21 @@ CONTENT_HINT = (
 
 def assemble(spans: Iterable[NormalizedSpan], *, source: str = "otel") -> list[Trajectory]:
     """Trajectories from finished spans (any order, any mix of traces). Never raises on span
-    content; the same span id seen twice keeps the last copy."""
+    content; the same span id seen twice keeps the first copy (as the store's staging does:
+    see :func:`first_copies`)."""
+    return assemble_mapped([map_span(s) for s in first_copies(spans)[0]], source=source)
+
+
+def first_copies(spans: Iterable[NormalizedSpan]) -> tuple[list[NormalizedSpan], int]:
+    """``spans`` with each (trace id, span id) once, its first copy, and how many later
+    copies differed from it (a retried export repeats a span as it was; other content under
+    the same ids is a producer reusing span ids)."""
     unique: dict[tuple[str, str], NormalizedSpan] = {}
+    conflicting = 0
     for span in spans:
-        unique[(span.trace_id, span.span_id)] = span
-    return assemble_mapped([map_span(s) for s in unique.values()], source=source)
+        first = unique.setdefault((span.trace_id, span.span_id), span)
+        conflicting += first is not span and first != span
+    return list(unique.values()), conflicting
 
 
 def assemble_mapped(

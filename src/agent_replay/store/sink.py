@@ -663,6 +663,7 @@ class DurableSpanSink:
         self.batch_traces = batch_traces
         self.sessions_written = 0
         self.unjoinable_logs = 0
+        self.conflicting_spans = 0  # spans received again with other content (first kept)
         self.orphan_logs = 0  # log records assembled without their span
         self.failed_traces: dict[str, str] = {}  # trace id → why it could not be assembled
         self._attempts: dict[str, int] = {}
@@ -695,7 +696,15 @@ class DurableSpanSink:
             log_rows.append((hashlib.sha256(data).hexdigest(), log.trace_id, log.span_id, data))
         if not span_rows and not log_rows:
             return 0, 0
-        return self.store.add_pending(span_rows, log_rows)
+        new_spans, new_logs, conflicting = self.store.add_pending(span_rows, log_rows)
+        if conflicting:
+            self.conflicting_spans += conflicting
+            _log.warning(
+                "agent-replay: %d span(s) arrived again with other content under the same trace "
+                "and span id (a producer that reuses span ids?); the first copy is kept",
+                conflicting,
+            )
+        return new_spans, new_logs
 
     def assemble_ready(self, *, force: bool = False) -> int:
         """Assemble and store every trace that is complete or idle (every waiting one when

@@ -715,11 +715,13 @@ class CheckpointStore:
 
     def add_pending(
         self, spans: list[tuple[str, str, bytes, bool]], logs: list[tuple[str, str, str, bytes]]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
         """Durably store received spans ``(trace_id, span_id, data, is_root)`` and log records
         ``(digest, trace_id, span_id, data)`` in one transaction; returns how many of each were
-        new (a span or record already stored, from a retried export, is not stored again).
-        When this returns, the rows survive a crash."""
+        new (a span or record already stored, from a retried export, is not stored again) and
+        how many spans came again with other content than the stored copy (a producer that
+        reuses span ids: the first copy is kept). When this returns, the rows survive a
+        crash."""
         now = time.time_ns()
         with self._sqlite_errors("store received spans"), self._transaction() as conn:
             before = conn.total_changes
@@ -729,6 +731,14 @@ class CheckpointStore:
                 [(t, s, d, int(r), now) for t, s, d, r in spans],
             )
             new_spans = conn.total_changes - before
+            conflicting = 0
+            if new_spans < len(spans):  # some were there: a retry, or another span's id
+                for trace_id, span_id, data, _ in spans:
+                    row = conn.execute(
+                        "SELECT data FROM pending_spans WHERE trace_id=? AND span_id=?",
+                        (trace_id, span_id),
+                    ).fetchone()
+                    conflicting += row is not None and bytes(row[0]) != data
             before = conn.total_changes
             conn.executemany(
                 "INSERT OR IGNORE INTO pending_logs(digest, trace_id, span_id, data, "
@@ -752,7 +762,7 @@ class CheckpointStore:
                     "UPDATE pending_logs SET state=0 WHERE state=2 AND trace_id IN ({})",
                     list({t for t, _, _, _ in spans}),
                 )
-        return new_spans, new_logs
+        return new_spans, new_logs, conflicting
 
     def ready_traces(self, *, idle_ns: int, force: bool = False) -> list[str]:
         """Traces with spans or log records waiting to be assembled whose local root span has
