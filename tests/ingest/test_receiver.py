@@ -454,6 +454,30 @@ def test_logs_signal_joins_event_only_content_whatever_arrives_first(served, db_
     assert trajectory.steps[0].inputs["messages"][1]["parts"][0]["content"] == "Weather in Paris?"
 
 
+def test_log_records_outside_any_span_are_refused_as_partial_success(served, db_path):
+    """Records without a trace and span id (an event emitted outside any span) were answered
+    as full success and dropped."""
+    collector, _ = served()
+    doc = json.loads((FIXTURES / "generated" / "otel_event_only.logs.jsonl").read_text())
+    records = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    outside = [{k: v for k, v in r.items() if k not in ("traceId", "spanId")} for r in records[:2]]
+    doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"] = [*outside, *records]
+    answer = post(collector, json.dumps(doc).encode(), "application/json", path="/v1/logs")
+    assert answer.status_code == 200
+    partial = answer.json()["partialSuccess"]
+    assert (
+        partial["rejectedLogRecords"] == "2"
+        and "without a trace and span id" in partial["errorMessage"]
+    )
+    only_outside = {"resourceLogs": [{"scopeLogs": [{"logRecords": outside}]}]}
+    answer = post(collector, json.dumps(only_outside).encode(), "application/json", path="/v1/logs")
+    assert (
+        answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedLogRecords"] == "2"
+    )
+    collector.stop(grace=1)
+    assert collector.receiver.stats.logs_stored == len(records)
+
+
 def test_real_log_exporter(served, db_path):
     collector, store = served()
     tracer_provider = TracerProvider()

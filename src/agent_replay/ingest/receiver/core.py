@@ -456,8 +456,21 @@ class Receiver:
             self.stats.logs_received += len(decoded.logs)
         if rejected and not decoded.spans and not decoded.logs:
             raise BadRequest(f"no valid record: {reason}")
-        if decoded.spans or decoded.logs:
-            self._submit(_Item(decoded.spans, decoded.logs))
+        # a log record outside any span (no trace and span id) has no step to join: it is
+        # refused as partial success, so that the sender knows it is not kept
+        logs = [log for log in decoded.logs if log.trace_id and log.span_id]
+        if len(logs) < len(decoded.logs):
+            unjoinable = len(decoded.logs) - len(logs)
+            rejected += unjoinable
+            said = (
+                f"{unjoinable} log record(s) without a trace and span id: agent-replay keeps "
+                "log records for the GenAI span they belong to, and these name none"
+            )
+            reason = f"{reason}; {said}" if reason else said
+            with self._lock:
+                self.stats.rejected += unjoinable
+        if decoded.spans or logs:
+            self._submit(_Item(decoded.spans, logs))
         return rejected, reason
 
     def _submit(self, item: _Item) -> None:
