@@ -1,36 +1,61 @@
 """OTLP/gRPC: ``TraceService/Export`` and ``LogsService/Export`` on grpcio.
 
 grpcio decodes the request (and gzip or deflate, when the client compresses; grpcio has no zstd),
-enforces the message size limit (RESOURCE_EXHAUSTED beyond it) and caps concurrent calls
-(``maximum_concurrent_rpcs``, also RESOURCE_EXHAUSTED). Errors map to status codes as OTLP
-specifies: INVALID_ARGUMENT for a request that cannot be used (not retried), UNAUTHENTICATED without
-the bearer token, RESOURCE_EXHAUSTED / UNAVAILABLE with a ``google.rpc.RetryInfo`` in the trailing
-metadata (``google.rpc.retryinfo-bin``, which the OpenTelemetry exporters honour) when the client
-should retry. Partial success is reported in the response.
+enforces the message size limit (RESOURCE_EXHAUSTED beyond it). Errors map to status codes as
+OTLP specifies: INVALID_ARGUMENT for a request that cannot be used (not retried), UNAUTHENTICATED
+without the bearer token, RESOURCE_EXHAUSTED / UNAVAILABLE with a ``google.rpc.RetryInfo`` in
+the status's details when the client should retry (see :func:`_abort`). Calls beyond
+``max_inflight`` reach a worker and are refused that way; grpcio's own cap on concurrent calls
+(whose RESOURCE_EXHAUSTED has no RetryInfo, so that a Collector drops the data) is set well
+above it, to bound memory only. Partial success is reported in the response.
 """
 
 from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import grpc
+from google.protobuf.any_pb2 import Any
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 
 from .core import LOGS, TRACES, Receiver, ReceiverError
 
 __all__ = ["OTLPGrpcServer"]
 
+#: gRPC workers beyond ``max_inflight``, that answer the calls over it
+SPARE_WORKERS = 16
+
+
+class _Status(NamedTuple):
+    """What ``ServicerContext.abort_with_status`` takes (grpcio-status makes the same)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, bytes], ...]
+
 
 def _abort(context: grpc.ServicerContext, error: ReceiverError) -> None:
-    if error.retry_after is not None:
-        seconds = max(0.0, error.retry_after)
-        delay = Duration(seconds=int(seconds), nanos=int((seconds % 1) * 1e9))
-        context.set_trailing_metadata(
-            (("google.rpc.retryinfo-bin", RetryInfo(retry_delay=delay).SerializeToString()),)
-        )
-    context.abort(getattr(grpc.StatusCode, error.grpc_code), error.message)
+    """End the call with ``error``'s status. One the client should retry carries a
+    ``google.rpc.RetryInfo`` in the status's details (``grpc-status-details-bin``), where the
+    Collector's exporter looks (it drops data refused RESOURCE_EXHAUSTED without it), and in
+    ``google.rpc.retryinfo-bin``, where the Python exporter looks."""
+    code = getattr(grpc.StatusCode, error.grpc_code)
+    if error.retry_after is None:
+        context.abort(code, error.message)
+    seconds = max(0.0, error.retry_after)
+    retry = RetryInfo(retry_delay=Duration(seconds=int(seconds), nanos=int(seconds % 1 * 1e9)))
+    details = Any()
+    details.Pack(retry)
+    status = Status(code=code.value[0], message=error.message, details=[details])
+    trailing = (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", retry.SerializeToString()),
+    )
+    context.abort_with_status(_Status(code, error.message, trailing))
 
 
 def _export(receiver: Receiver, signal: str, body: bytes, context: grpc.ServicerContext) -> bytes:
@@ -74,12 +99,12 @@ class OTLPGrpcServer:
         credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         limit = receiver.config.max_body_bytes
+        # workers beyond the requests let in at once: a call past them is refused by the
+        # receiver, with a RetryInfo, at once, rather than waiting in grpcio's queue
+        workers = receiver.config.max_inflight + SPARE_WORKERS
         self._server = grpc.server(
-            ThreadPoolExecutor(
-                max_workers=min(32, receiver.config.max_inflight),
-                thread_name_prefix="agent-replay-grpc",
-            ),
-            maximum_concurrent_rpcs=receiver.config.max_inflight,
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-replay-grpc"),
+            maximum_concurrent_rpcs=2 * workers,
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 << 20),
