@@ -171,6 +171,10 @@ class GuardedHandler(BaseHTTPRequestHandler):
         parsed = super().parse_request()
         self.server.arrived(self.connection)
         self._head_at = time.monotonic()
+        if parsed and len(self.headers.get_all("Host") or ()) > 1:  # RFC 9112 3.2
+            self.close_connection = True
+            self.send_error(400, "Bad Request", "more than one Host header")
+            return False
         if parsed and not self.server.host_allowed(self.headers.get("Host")):
             self.close_connection = True
             self.send_error(421, "Misdirected Request", "this server answers its own address only")

@@ -400,6 +400,71 @@ def test_ambiguous_body_framing_is_refused_and_the_connection_closed(served, fra
     assert post(collector, body, "application/json").status_code == 200  # still serving
 
 
+def chunked(body: bytes, size_line: str | None = None, after: bytes = b"\r\n") -> bytes:
+    """``body`` as one chunk then the last chunk, with the size line written as given."""
+    size = size_line if size_line is not None else f"{len(body):x}"
+    return size.encode() + b"\r\n" + body + after + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("headers", "framing", "status"),
+    [
+        # a size line longer than is read: refused, never read in part (1,100 leading zeros
+        # were, 1,026 of them, as the last chunk, and the real chunk as trailers: answered 200
+        # for a body with half its spans; 1,100 are read whole now, 5,000 refused)
+        ("Transfer-Encoding: chunked", lambda b: chunked(b, "0" * 5000 + f"{len(b):x}"), 400),
+        *[
+            ("Transfer-Encoding: chunked", lambda b, s=sign: chunked(b, s + f"{len(b):x}"), 400)
+            for sign in ("+", "-", "0x")
+        ],
+        ("Transfer-Encoding: chunked", lambda b: chunked(b, after=b"X\r\n"), 400),
+        ("Transfer-Encoding: xchunked", chunked, 501),
+        ("Transfer-Encoding: chunked, identity", chunked, 501),
+        ("Transfer-Encoding: gzip, chunked", chunked, 501),
+        ("Content-Length: +{n}", lambda b: b, 400),
+        ("Content-Length: {n}_0", lambda b: b, 400),
+    ],
+    ids=[
+        "long-size-line",
+        "plus",
+        "minus",
+        "0x",
+        "no-line-end",
+        "xchunked",
+        "chunked-not-last",
+        "gzip-chunked",
+        "plus-length",
+        "underscore-length",
+    ],
+)
+def test_loose_body_framing_is_refused(served, headers, framing, status):
+    """RFC 9112 7.1 (chunk-size = 1*HEXDIG, CRLF after the data), 6.1 (chunked, and last;
+    another transfer coding: 501) and RFC 9110 8.6 (Content-Length = 1*DIGIT): each of these
+    was taken, two of them read as something else than the sender meant."""
+    collector, _store = served()
+    body = otlp_json_request()
+
+    def status_of(head: str, payload: bytes) -> bytes:
+        request = (
+            "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\n{head}\r\n\r\n"
+        ).encode() + payload
+        with socket.create_connection(("127.0.0.1", collector.http_port), timeout=10) as conn:
+            reader = conn.makefile("rb")
+            conn.sendall(request)
+            reply = read_response(reader)
+            reader.close()
+        return reply.split(b"\r\n", 1)[0]
+
+    assert f" {status} ".encode() in status_of(headers.format(n=len(body)), framing(body))
+    assert collector.receiver.snapshot()["spans_received"] == 0
+    assert b" 200 " in status_of("Transfer-Encoding: chunked", chunked(body))  # still serving
+    spans = collector.receiver.snapshot()["spans_received"]
+    zeros = chunked(body, "0" * 1100 + f"{len(body):x}")  # 1*HEXDIG: leading zeros are fine
+    assert b" 200 " in status_of("Transfer-Encoding: chunked", zeros)
+    assert collector.receiver.snapshot()["spans_received"] == 2 * spans
+
+
 def test_otlp_json_posted_to_the_other_signals_path_is_refused(served):
     collector, _ = served()
     traces = post(collector, otlp_json_request(), "application/json", path="/v1/logs")
@@ -679,6 +744,45 @@ def test_tls_for_both_transports(served, db_path, tmp_path, monkeypatch):
     assert sorted(pending_ids(db_path)) == sorted(sent)
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.post(f"http://localhost:{collector.http_port}/v1/traces", data=b"", timeout=5)
+
+
+def test_a_tls_client_gone_before_its_answer_is_no_error(served, tmp_path, caplog):
+    """An exporter whose timeout ran out leaves before reading its answer: over TLS the write
+    raised SSLEOFError, logged at ERROR with a traceback as "request failed" (6 to 9 of 20)."""
+    import ssl
+
+    cert, key = self_signed(tmp_path)
+    collector, _store = served(tls=TLSConfig(cert, key))
+    context = ssl.create_default_context(cafile=str(cert))
+    body = otlp_json_request()
+    request = (
+        f"POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", collector.http_port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as conn:
+                conn.sendall(request)  # and gone, unread
+    collector.stop(grace=2)
+    assert collector.receiver.snapshot()["requests"] == 20
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+def test_other_methods_get_405_and_two_hosts_400(served):
+    collector, _ = served()
+    url = f"http://127.0.0.1:{collector.http_port}/v1/traces"
+    for method in ("GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"):
+        answer = requests.request(method, url, timeout=10)
+        assert answer.status_code == 405 and answer.headers["Allow"] == "POST", method
+    assert requests.head(url, timeout=10).content == b""  # a HEAD answer has no body
+    with socket.create_connection(("127.0.0.1", collector.http_port), timeout=10) as conn:
+        reader = conn.makefile("rb")
+        conn.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        assert b" 400 " in read_response(reader).split(b"\r\n", 1)[0]
+        reader.close()
 
 
 def export_children_only(port):

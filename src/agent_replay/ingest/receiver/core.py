@@ -108,6 +108,13 @@ class UnsupportedMediaType(ReceiverError):
     grpc_code = "INVALID_ARGUMENT"
 
 
+class NotImplementedCoding(ReceiverError):
+    """A transfer coding the receiver does not implement (RFC 9112 6.1: 501)."""
+
+    http_status = 501
+    grpc_code = "UNIMPLEMENTED"
+
+
 class Overloaded(ReceiverError):
     """Too many requests at once or too much waiting for the disk: retry after a delay."""
 

@@ -32,6 +32,7 @@ from .core import (
     TRACES,
     BadRequest,
     Hold,
+    NotImplementedCoding,
     Receiver,
     ReceiverError,
     TooLarge,
@@ -71,6 +72,7 @@ def parse_address(address: str, default_port: int) -> tuple[str, int]:
 
 
 _READ_BYTES = 64 << 10  # a body is read and counted this much at a time
+_CHUNK_LINE = 4096  # the longest chunk-size or trailer line taken (with its extensions)
 
 
 class _Handler(GuardedHandler):
@@ -113,7 +115,8 @@ class _Handler(GuardedHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _error(self, error: ReceiverError, as_json: bool) -> None:
         code = _GRPC_CODES.get(error.grpc_code, 2)
@@ -131,7 +134,21 @@ class _Handler(GuardedHandler):
 
     def _read_body(self, limit: int, hold: Hold) -> bytes:
         lengths = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
-        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        codings = [
+            coding.strip().lower()
+            for value in self.headers.get_all("Transfer-Encoding") or ()
+            for coding in value.split(",")
+            if coding.strip()
+        ]
+        if codings and codings != ["chunked"]:
+            # chunked, alone: anything else (gzip under it, chunked not last) would be read
+            # as something it is not (RFC 9112 6.1); the body is unread, the connection gone
+            self.close_connection = True
+            raise NotImplementedCoding(
+                f"unsupported Transfer-Encoding {', '.join(codings)!r} (only chunked; "
+                "compress with Content-Encoding)"
+            )
+        chunked = bool(codings)
         if len(lengths) > 1 or (chunked and lengths):
             # where the body ends is ambiguous (RFC 9112 6.3; a request-smuggling pattern
             # behind a proxy that reads it the other way): refused, connection closed
@@ -143,14 +160,11 @@ class _Handler(GuardedHandler):
         if length_header is None:
             self.close_connection = True
             raise BadRequest("Content-Length (or chunked encoding) is required")
-        try:
-            length = int(length_header)
-        except ValueError:
+        length_text = length_header.strip()
+        if not (length_text.isascii() and length_text.isdigit()):  # 1*DIGIT (RFC 9110 8.6)
             self.close_connection = True
-            raise BadRequest(f"bad Content-Length {length_header!r}") from None
-        if length < 0:
-            self.close_connection = True
-            raise BadRequest("negative Content-Length")
+            raise BadRequest(f"bad Content-Length {length_header!r}")
+        length = int(length_text)
         if length > limit:
             self.close_connection = True  # the body stays unread: the connection cannot be reused
             raise TooLarge(f"body of {length} bytes exceeds the {limit}-byte limit")
@@ -172,14 +186,9 @@ class _Handler(GuardedHandler):
     def _read_chunked(self, limit: int, hold: Hold) -> bytes:
         body = bytearray()  # one buffer: a list of many tiny chunks cost 70 times their size
         while True:
-            line = self.read_paced(1026, len(body), line=True)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                self.close_connection = True
-                raise BadRequest("malformed chunked body") from None
+            size = self._chunk_size(self._chunk_line(len(body)))
             if size == 0:
-                while self.read_paced(1026, len(body), line=True) not in (b"\r\n", b"\n", b""):
+                while self._chunk_line(len(body)) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
                 return bytes(body)
             if len(body) + size > limit:
@@ -193,7 +202,27 @@ class _Handler(GuardedHandler):
                     raise BadRequest("chunked body cut short")
                 body += piece
                 hold.grow(len(body))
-            self.read_paced(3, len(body), line=True)
+            if self._chunk_line(len(body)) not in (b"\r\n", b"\n"):  # chunk data ends there
+                self.close_connection = True
+                raise BadRequest("malformed chunked body (no line end after a chunk)")
+
+    def _chunk_line(self, received: int) -> bytes:
+        """One line of a chunked body's framing: a line longer than that is refused, never
+        read in part (1,100 leading zeros were read as the last chunk, and the rest of the
+        body as trailers: answered 200 for half a body)."""
+        line = self.read_paced(_CHUNK_LINE + 1, received, line=True)
+        if len(line) > _CHUNK_LINE and not line.endswith(b"\n"):
+            self.close_connection = True
+            raise BadRequest(f"chunked body: a line longer than {_CHUNK_LINE} bytes")
+        return line
+
+    def _chunk_size(self, line: bytes) -> int:
+        """A chunk-size line's size: 1*HEXDIG, before any extension (RFC 9112 7.1)."""
+        digits = line.split(b";", 1)[0].strip()
+        if not digits or digits.strip(b"0123456789abcdefABCDEF"):
+            self.close_connection = True
+            raise BadRequest("malformed chunked body (bad chunk size)")
+        return int(digits, 16)
 
     # -- methods ----------------------------------------------------------------------------
 
@@ -234,8 +263,8 @@ class _Handler(GuardedHandler):
                 self.close_connection = True  # be taken for the next request on the connection
             receiver.count_error(error)
             self._error(error, as_json)
-        except (TimeoutError, ConnectionError):
-            self.close_connection = True
+        except (TimeoutError, ConnectionError, ssl.SSLError):  # the client went (over TLS,
+            self.close_connection = True  # an SSLEOFError): nobody to answer, nothing wrong
         except Exception as exc:  # a bug must cost one request, not the server
             _log.exception("agent-replay: request failed")
             self.close_connection = True
@@ -250,7 +279,11 @@ class _Handler(GuardedHandler):
             {"Allow": "POST"},
         )
 
-    do_GET = do_PUT = do_DELETE = do_PATCH = _not_allowed
+    # every other method, HEAD and OPTIONS (a CORS preflight) included: 405, not the 501
+    # "Unsupported method" the standard library answers for a method with no handler
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = (
+        _not_allowed
+    )
 
 
 class OTLPHTTPServer(GuardedHTTPServer):
