@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import email.errors
+import errno
 import ipaddress
 import socket
 import threading
@@ -82,6 +83,16 @@ class GuardedHTTPServer(ThreadingHTTPServer):
             super().process_request(request, client_address)
         except BaseException:
             self._release()
+            raise
+
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # out of descriptors: the connection waits in the backlog while others
+                # close; accepting again at once spun the accept loop at a whole core
+                self._closed.wait(0.05)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:

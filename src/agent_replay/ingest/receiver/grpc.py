@@ -28,6 +28,9 @@ __all__ = ["OTLPGrpcServer"]
 
 #: gRPC workers beyond ``max_inflight``, that answer the calls over it
 SPARE_WORKERS = 16
+#: open gRPC connections at most (the HTTP listener's cap too), and how long one may idle
+MAX_CONNECTIONS = 256
+IDLE_SECONDS = 60
 
 
 class _Status(NamedTuple):
@@ -106,6 +109,11 @@ class OTLPGrpcServer:
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-replay-grpc"),
             maximum_concurrent_rpcs=2 * workers,
             options=[
+                # as many connections as the HTTP listener takes, and idle ones closed: a
+                # thousand idle HTTP/2 connections used up the process's file descriptors,
+                # and neither transport could accept a prompt exporter's
+                ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+                ("grpc.max_connection_idle_ms", IDLE_SECONDS * 1000),
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 << 20),
                 ("grpc.so_reuseport", 0),  # two receivers must not share a port silently

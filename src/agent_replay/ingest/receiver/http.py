@@ -89,11 +89,17 @@ class _Handler(GuardedHandler):
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(self.timeout)
+            # a connection in its handshake waits for its client like one waiting for a
+            # request head: a new connection past the cap can shut it (connections that
+            # never finished a handshake kept every prompt HTTPS client out)
+            self.server.await_head(self.request)
             try:
                 self.request.do_handshake()
             except (OSError, ssl.SSLError):
                 self.close_connection = True
                 raise
+            finally:
+                self.server.arrived(self.request)
         super().setup()
 
     def version_string(self) -> str:
