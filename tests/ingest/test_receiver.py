@@ -768,6 +768,62 @@ def test_a_tls_client_gone_before_its_answer_is_no_error(served, tmp_path, caplo
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
+def test_connections_stuck_in_their_tls_handshake_cannot_keep_a_client_out(
+    served, tmp_path, monkeypatch
+):
+    """A connection in its handshake was not one a new connection could shut to make room:
+    silent connections at the cap kept every HTTPS client out for the handshake's 30 s."""
+    from agent_replay.ingest.receiver.http import OTLPHTTPServer
+
+    monkeypatch.setattr(OTLPHTTPServer, "max_connections", 4)
+    cert, key = self_signed(tmp_path)
+    collector, _store = served(tls=TLSConfig(cert, key))
+    silent = [socket.create_connection(("127.0.0.1", collector.http_port)) for _ in range(4)]
+    try:
+        time.sleep(0.2)  # all four are in their handshakes
+        answer = requests.post(
+            f"https://localhost:{collector.http_port}/v1/traces",
+            data=otlp_json_request(),
+            headers={"Content-Type": "application/json"},
+            verify=str(cert),
+            timeout=10,
+        )
+        assert answer.status_code == 200
+    finally:
+        for connection in silent:
+            connection.close()
+
+
+def test_idle_grpc_connections_are_capped(served, monkeypatch):
+    """HTTP/2 connections that send their preface and then nothing were neither capped nor
+    closed: a thousand used up the process's descriptors, shared with the HTTP listener."""
+    import os
+
+    from agent_replay.ingest.receiver import grpc as grpc_listener
+
+    monkeypatch.setattr(grpc_listener, "MAX_CONNECTIONS", 4)
+    collector, _ = served()
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    idle = []
+    try:
+        for _ in range(20):
+            connection = socket.create_connection(("127.0.0.1", collector.grpc_port))
+            connection.sendall(preface)
+            idle.append(connection)
+        time.sleep(0.5)
+        # ours are 20 of the new descriptors; the receiver took 4 (and a few of its own)
+        assert descriptors() - before - len(idle) <= 4 + 4
+        assert post(collector, otlp_json_request(), "application/json").status_code == 200
+    finally:
+        for connection in idle:
+            connection.close()
+
+
 def test_other_methods_get_405_and_two_hosts_400(served):
     collector, _ = served()
     url = f"http://127.0.0.1:{collector.http_port}/v1/traces"
