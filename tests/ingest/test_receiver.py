@@ -824,6 +824,35 @@ def test_idle_grpc_connections_are_capped(served, monkeypatch):
             connection.close()
 
 
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ("Authorization: Bearer s3cret\r\nContent-Type: application/json", 100),
+        ("Authorization: Bearer wrong\r\nContent-Type: application/json", 401),
+        ("Authorization: Bearer s3cret\r\nContent-Type: text/plain", 415),
+    ],
+)
+def test_expect_100_continue_gets_the_final_status_when_the_body_would_be_refused(
+    served, headers, status
+):
+    """A refused request was told "100 Continue" first, then refused while its client
+    uploaded into a connection being closed."""
+    collector, _ = served(config=fast_config(token="s3cret"))
+    body = otlp_json_request()
+    with socket.create_connection(("127.0.0.1", collector.http_port), timeout=10) as conn:
+        reader = conn.makefile("rb")
+        conn.sendall(
+            f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        first = read_response(reader).split(b"\r\n", 1)[0]
+        assert f" {status} ".encode() in first, first
+        if status == 100:
+            conn.sendall(body)
+            assert b" 200 " in read_response(reader).split(b"\r\n", 1)[0]
+        reader.close()
+
+
 def test_other_methods_get_405_and_two_hosts_400(served):
     collector, _ = served()
     url = f"http://127.0.0.1:{collector.http_port}/v1/traces"

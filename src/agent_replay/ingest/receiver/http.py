@@ -102,6 +102,35 @@ class _Handler(GuardedHandler):
                 self.server.arrived(self.request)
         super().setup()
 
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue``: the final status at once, instead of 100, for a request
+        that will be refused whatever its body (another path, no token, another content
+        type, a declared length over the cap): a client told to go on uploads into a
+        connection that is being closed, and may see a reset instead of the answer."""
+        if self.command != "POST":
+            return super().handle_expect_100()
+        receiver = self.server.receiver
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        as_json = content_type == "application/json"
+        self.close_connection = True  # (until 100 is sent: the body stays unread)
+        if _PATHS.get(self.path.split("?", 1)[0]) is None:
+            self._send(404, b"not found: use /v1/traces or /v1/logs\n", "text/plain")
+            return False
+        try:
+            receiver.check_token(self.headers.get("Authorization"))
+            if not as_json and content_type not in _PROTOBUF:
+                raise UnsupportedMediaType(f"unsupported Content-Type {content_type!r}")
+            length = (self.headers.get("Content-Length") or "").strip()
+            cap = receiver.config.max_body_bytes
+            if length.isascii() and length.isdigit() and int(length) > cap:
+                raise TooLarge(f"body of {length} bytes exceeds the {cap}-byte limit")
+        except ReceiverError as error:
+            receiver.count_error(error)
+            self._error(error, as_json)
+            return False
+        self.close_connection = False
+        return super().handle_expect_100()
+
     def version_string(self) -> str:
         return self.server_version
 
