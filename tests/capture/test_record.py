@@ -300,3 +300,32 @@ def test_arecord_cancelled_while_the_store_is_busy_still_stores_the_run(db_path)
         asyncio.run(main(session))
     with CheckpointStore(db_path, read_only=True) as store:
         assert store.load("late").outcome.result == "Q"
+
+
+def test_a_step_after_the_agent_returned_is_refused_at_the_call():
+    """A thread the agent left running made a step after it returned: the step's produce ran
+    (an email went out) and nothing said it was not recorded."""
+    import threading
+
+    ran, raised = [], []
+    started = threading.Event()
+
+    def agent(ctx):
+        def late():
+            started.wait(5)
+            try:
+                ctx.tool("send_email", produce=lambda: ran.append("sent"), to="x@y")
+            except RuntimeError as exc:
+                raised.append(str(exc))
+
+        thread = threading.Thread(target=late)
+        thread.start()
+        ctx.tool("early", produce=lambda: 0)
+        agent.thread = thread
+        return "done"
+
+    traj = record(agent)
+    started.set()
+    agent.thread.join(5)
+    assert [s.name for s in traj.steps] == ["early"]
+    assert ran == [] and "started after the agent returned" in raised[0]

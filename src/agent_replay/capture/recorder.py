@@ -85,8 +85,15 @@ class Recorder:
         self.encoding_error: CanonicalEncodingError | None = None
         self._pending: dict[int, StepDraft] = {}
         self._seal_lock = threading.Lock()  # steps may finish on several threads at once
+        self.finished = False  # the agent returned: the recording is closed
 
     def begin(self, ctx: AgentContext, call: StepCall, position: int) -> Decision:
+        if self.finished:  # (a thread the agent left running): refused before it runs
+            raise RuntimeError(
+                f"step {call.kind.value}:{call.name} started after the agent returned; it was "
+                "not run (a recording ends when the agent returns: join the threads and await "
+                "the tasks that make steps before returning)"
+            )
         return Decision(
             position=position,
             inputs=call.inputs,
@@ -105,6 +112,12 @@ class Recorder:
             inputs = call.inputs  # sealing says which value of which step cannot be stored
         draft = step_draft(call, inputs, result)
         with self._seal_lock:
+            if self.finished:
+                raise RuntimeError(
+                    f"step {call.kind.value}:{call.name} finished after the agent returned and "
+                    "is not in the recording (join the threads and await the tasks that make "
+                    "steps before returning)"
+                )
             self._pending[decision.position] = draft
             while len(self.steps) in self._pending:
                 draft = self._pending.pop(len(self.steps))
@@ -165,6 +178,8 @@ def _finish(
     error: BaseException | None,
     metadata: Mapping[str, Any] | None,
 ) -> Trajectory:
+    with recorder._seal_lock:
+        recorder.finished = True
     if recorder.encoding_error is not None:
         raise recorder.encoding_error
     if recorder._pending:  # a step never finished before the agent returned
