@@ -176,6 +176,22 @@ def test_nothing_to_attribute_is_a_result_not_a_crash():
     result = attribute(traj, agent, lambda r: 0.0)
     assert result.culprit_index is None and result.verdict == "nothing to attribute"
     assert any("nothing can be attributed" in w for w in result.warnings)
+    # said as what it is: the advice to raise --rollouts or --budget cannot apply, nor the
+    # one about imported traces' policies and content capture (this run is native)
+    explanation = result.explain(traj)
+    assert "No step of this run can be re-drawn" in explanation.why
+    assert "--rollouts" not in explanation.why + explanation.fix
+    assert not any("imported steps" in w for w in result.warnings)
+
+
+def test_a_failure_every_redraw_keeps_is_not_blamed_on_too_few_rollouts():
+    def agent(ctx):
+        first = ctx.llm("a", produce=lambda: "bug")
+        return ctx.tool("b", produce=lambda: first, x=first)
+
+    traj = record(agent, verifier=lambda r: r == "ok")
+    explanation = attribute(traj, agent, lambda r: r == "ok", rollouts=32).explain(traj)
+    assert "every step re-drawn" in explanation.fix and "--rollouts" not in explanation.fix
 
 
 def test_tiny_budget_is_undecided_with_intervals(demo_run):

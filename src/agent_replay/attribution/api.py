@@ -219,9 +219,16 @@ def attribute(
         search = None
         stop_reason = "nothing to attribute"
         warnings.append(
-            "no step of this run can be re-drawn, so nothing can be attributed: imported steps "
-            "need resample policies (interop.replayable_agent) and recorded content (capture "
-            "with message content on)"
+            "no step of this run can be re-drawn, so nothing can be attributed: "
+            + (
+                "the run made no step"
+                if not trajectory.steps
+                else "imported steps need resample policies (replayable_agent; --policy) and "
+                "recorded content (capture with message content on)"
+                if trajectory.source.startswith(("import", "otel"))
+                else "every step is declared side_effects=True or resamplable=False (mock "
+                "their observations to test them: fork --observe)"
+            )
         )
     else:
         search = search_effects(

@@ -278,6 +278,14 @@ def _why(
 ) -> str:
     n = int(data["n_steps"])
     start, end = curve_value(data, 0), curve_value(data, n)
+    if culprit is None and data.get("stop_reason") == "nothing to attribute" and n == 0:
+        return "The run made no step: there is nothing to re-draw or attribute."
+    if culprit is None and data.get("stop_reason") == "nothing to attribute":
+        return (
+            "No step of this run can be re-drawn, so no rollout could change anything and "
+            "nothing was measured: every step is held (declared side_effects=True or "
+            "resamplable=False, given no resample policy, or recorded without content)."
+        )
     if culprit is None:
         parts = []
         if end is not None and finite(end["failure_rate"]) and end["failure_rate"] < 0.5:
@@ -381,12 +389,25 @@ def _fix(data: Mapping[str, Any], culprit: int | None) -> str:
             f"No repair was searched or found for step {culprit}: rerun with repair=True "
             "(CLI: --repair), or give candidate actions (repair_candidates=)."
         )
+    if data.get("stop_reason") == "nothing to attribute":
+        return (
+            "Nothing to fix from here: give the steps something to re-draw (a resample policy "
+            "for an imported trace's steps, --policy; recorded content), or test a held step "
+            "with a mock observation (fork --observe)."
+        )
     held = _held_cause(data, data.get("steps") or ())
     if held:
         return (
             f"No fix to propose without a culprit. Held steps ({held}) are never re-drawn: "
             "give them a resample policy or test them with a mock observation (fork "
             "--observe); raise --rollouts or --budget only if the intervals are still wide."
+        )
+    start = curve_value(data, 0)
+    if start is not None and finite(start["failure_rate"]) and start["failure_rate"] >= 0.5:
+        return (
+            "No fix to propose at any step: the run fails even with every step re-drawn "
+            f"(F(0) = {fmt_rate(start['failure_rate'])}), so no step's choice decides it; look "
+            "at the task, the environment and the verifier."
         )
     return (
         "No fix to propose without a culprit: raise --rollouts or --budget, or make the replay "
