@@ -329,3 +329,15 @@ def test_a_step_after_the_agent_returned_is_refused_at_the_call():
     agent.thread.join(5)
     assert [s.name for s in traj.steps] == ["early"]
     assert ran == [] and "started after the agent returned" in raised[0]
+
+
+def test_a_task_key_the_agent_does_not_take_is_warned_about():
+    """``{"question": ..., "language": ...}`` for ``agent(ctx, question, lang="en")`` passes
+    the whole task as ``question``, as documented; a misspelt key did it silently."""
+
+    def agent(ctx, question, lang="en"):
+        return ctx.llm("answer", produce=lambda: f"{lang}: {question}")
+
+    with pytest.warns(UserWarning, match=r"\['question'\] are parameters of .*\['language'\]"):
+        traj = record(agent, {"question": "why?", "language": "fr"})
+    assert traj.outcome.result == "en: {'question': 'why?', 'language': 'fr'}"

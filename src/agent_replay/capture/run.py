@@ -10,6 +10,7 @@ import inspect
 import math
 import numbers
 import traceback
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -141,15 +142,39 @@ def _expands(agent_fn: Callable[..., Any], args: tuple, task: Mapping[str, Any])
         cached = None
     if cached is None:
         try:
-            inspect.signature(agent_fn).bind(*args, **task)
+            signature = inspect.signature(agent_fn)
+            signature.bind(*args, **task)
             cached = True
         except TypeError:
             cached = False
+            _warn_partial_match(agent_fn, signature, task)
         except ValueError:  # no signature available (builtins)
             cached = True
         if key[0] is not None and len(_EXPANDS) < 10_000:
             _EXPANDS[key] = cached
     return cached
+
+
+def _warn_partial_match(
+    agent_fn: Callable[..., Any], signature: inspect.Signature, task: Mapping[str, Any]
+) -> None:
+    """The task is passed whole, ``agent(ctx, task)``: say so when some of its keys are the
+    agent's parameters (a misspelt key made a silently wrong run: ``question`` got the whole
+    task). Once per agent and set of keys: the answer is cached."""
+    named = {
+        name
+        for name, parameter in signature.parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    taken, left = [k for k in task if k in named], [k for k in task if k not in named]
+    if taken and left:
+        name = getattr(agent_fn, "__qualname__", repr(agent_fn))
+        warnings.warn(
+            f"the task's keys {taken} are parameters of {name} but {left} are not, so the "
+            f"whole task is passed as its one argument, {name}(ctx, task); misspelt?",
+            UserWarning,
+            stacklevel=5,
+        )
 
 
 def run_coroutine(coro: Any) -> Any:
