@@ -160,6 +160,11 @@ def test_fork_ids_and_bad_interventions_are_refused_before_anything_runs(db_path
             fork(agent, traj, at_step=0, do=0.1, session_id="base-fork-0", store=store)
         with pytest.raises(PlanError, match="needs a mapping"):
             fork(agent, traj, at_step=0, edit="x")
+        # True was taken as step 1 (and stored as the fork step True); "0" raised a bare
+        # TypeError from a comparison
+        for step in (True, "0", 0.0):
+            with pytest.raises(PlanError, match="at_step must be a step index"):
+                fork(agent, traj, at_step=step, do=0.1)
         assert calls == []
 
 

@@ -107,9 +107,9 @@ def short(value: Any, width: int = 60) -> str:
     return "-" if value is None else clip(value, width)
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 step``, ``2 steps``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 step``, ``2 steps`` (``nouns`` where the plural is not ``noun`` + s)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def outcome_word(failed: bool | None) -> str:

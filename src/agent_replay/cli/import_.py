@@ -142,7 +142,8 @@ def import_command(
     else:
         by_format = ", ".join(f"{n} {f}" for f, n in sorted(formats.items()))
         click.echo(
-            f"Imported {len(sessions)} trajectories ({plural(steps, 'step')}) from "
+            f"Imported {plural(len(sessions), 'trajectory', 'trajectories')} "
+            f"({plural(steps, 'step')}) from "
             f"{len(files) - len(failed)} of {len(files)} files into {db}"
             + (f" [{by_format}]" if by_format else "")
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -161,6 +162,12 @@ def _fork(
             f"fork needs exactly one intervention (do=, remove=True, observe=, "
             f"model= or edit=); got {chosen or 'none'}"
         )
+    try:
+        if isinstance(at_step, bool):
+            raise TypeError
+        at_step = operator.index(at_step)  # (a NumPy integer will do)
+    except TypeError:
+        raise PlanError(f"at_step must be a step index (an int); got {at_step!r}") from None
     if not 0 <= at_step < len(trajectory.steps):
         raise PlanError(
             f"fork at step {at_step}, but {trajectory.session_id!r} has steps "

@@ -44,7 +44,8 @@ def render_text(
     steps = data.get("steps") or []
     culprit = data.get("culprit_index")
     lines: list[str] = []
-    head = f"agent-replay attribution · session {data['session_id']} · {data['n_steps']} steps"
+    steps = f"{data['n_steps']} step{'' if data['n_steps'] == 1 else 's'}"
+    head = f"agent-replay attribution · session {data['session_id']} · {steps}"
     lines += [head, "=" * min(len(head), 100)]
     if culprit is not None:
         c = steps[culprit]
