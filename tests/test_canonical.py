@@ -304,3 +304,23 @@ def test_a_map_deep_inside_lists_is_as_storable_as_before():
     stored = canonical.encode_stored(value)
     assert canonical.decode(stored.data) == value
     assert stored.hash == canonical.hash_value(value)
+
+
+def test_a_datetime_in_a_named_zone_comes_back_in_that_zone():
+    """It came back at a fixed offset: a day after 1 a.m. on the night New York's clocks went
+    back, the replayed value said -05:00 where the recorded one said -04:00 (and fold was
+    lost), with no divergence reported."""
+    zoneinfo = pytest.importorskip("zoneinfo")
+    try:
+        new_york = zoneinfo.ZoneInfo("America/New_York")
+    except zoneinfo.ZoneInfoNotFoundError:
+        pytest.skip("no time zone database on this machine")
+    ambiguous = datetime.datetime(2024, 11, 3, 1, 30, fold=1, tzinfo=new_york)
+    back = canonical.decode(canonical.encode(ambiguous))
+    assert back == ambiguous and back.tzinfo is new_york and back.fold == 1
+    later = back + datetime.timedelta(days=-1)
+    assert later.utcoffset() == datetime.timedelta(hours=-4)  # summer time the day before
+    # where the zone is unknown (no tz database), the same instant at its recorded offset
+    unknown = canonical.decode(b'{"$zoned":["2024-11-03T01:30:00-05:00","Nowhere/Never"]}')
+    assert unknown.timestamp() == ambiguous.timestamp()  # (== is False across zones at a fold)
+    assert unknown.utcoffset() == datetime.timedelta(hours=-5)

@@ -32,6 +32,7 @@ import marshal
 import math
 import uuid as _uuid
 from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import CanonicalEncodingError
 
@@ -61,6 +62,7 @@ _TAGS = frozenset(
         "$frozenset",
         "$float",
         "$datetime",
+        "$zoned",
         "$date",
         "$time",
         "$decimal",
@@ -314,6 +316,10 @@ def _prepare_other(value: Any) -> Any:
     if isinstance(value, float):
         return _prepare(float(value))
     if isinstance(value, _dt.datetime):
+        if isinstance(value.tzinfo, ZoneInfo) and value.tzinfo.key:
+            # the instant and the zone it is read in (an offset alone is wrong across a
+            # daylight-saving change: a day later New York is not at -05:00 any more)
+            return {"$zoned": [value.isoformat(), value.tzinfo.key]}
         return {"$datetime": value.isoformat()}
     if isinstance(value, _dt.date):
         return {"$date": value.isoformat()}
@@ -466,6 +472,13 @@ def _untag(obj: dict) -> Any:
             return _FLOATS[payload]
         if key == "$datetime":
             return _dt.datetime.fromisoformat(payload)
+        if key == "$zoned":
+            instant, zone = payload
+            value = _dt.datetime.fromisoformat(instant)
+            try:
+                return value.astimezone(ZoneInfo(zone))
+            except ZoneInfoNotFoundError:  # no tz database here: the same instant, its offset
+                return value
         if key == "$date":
             return _dt.date.fromisoformat(payload)
         if key == "$time":
