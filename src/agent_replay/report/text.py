@@ -44,8 +44,8 @@ def render_text(
     steps = data.get("steps") or []
     culprit = data.get("culprit_index")
     lines: list[str] = []
-    steps = f"{data['n_steps']} step{'' if data['n_steps'] == 1 else 's'}"
-    head = f"agent-replay attribution · session {data['session_id']} · {steps}"
+    n = data["n_steps"]
+    head = f"agent-replay attribution · session {data['session_id']} · {n} step{'s' * (n != 1)}"
     lines += [head, "=" * min(len(head), 100)]
     if culprit is not None:
         c = steps[culprit]
