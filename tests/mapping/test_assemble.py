@@ -101,6 +101,23 @@ def test_a_call_id_reused_by_a_later_turn_links_to_that_turns_request():
     assert [t.attributes["requested_by"] for t in tools] == [0, 2]
 
 
+def test_a_tool_whose_clock_is_behind_comes_after_the_step_that_asked_for_it():
+    """A tool on another host, whose clock is 5 µs behind, started "before" the llm step that
+    asked for it: it came first and unlinked, and a replay ran it before its request."""
+    attributes = {"gen_ai.tool.name": "weather", "gen_ai.tool.call.id": "c1",
+                  "gen_ai.tool.call.result": "rainy"}  # fmt: skip
+    skewed = dataclasses.replace(span(3, "execute_tool weather", 1, **attributes), start_ns=15)
+    spans = [
+        span(1, "invoke_agent boss", **AGENT),
+        chat(2, 1, [USER], [call("c1", "weather", {"city": "Paris"})]),  # starts at 20
+        skewed,
+        chat(4, 1, [USER, call("c1", "weather", {"city": "Paris"}), result("c1", "rainy")], []),
+    ]
+    (traj,) = assemble(spans)
+    assert [s.label for s in traj.steps] == ["llm:chat m", "tool:weather", "llm:chat m"]
+    assert traj.steps[1].attributes["requested_by"] == 0
+
+
 def test_tool_answered_only_in_a_later_prompt_is_synthesized_before_that_prompt():
     first = chat(2, 1, [USER], [call("c1", "search", {"q": 1})])
     second = chat(3, 1, [USER, call("c1", "search", {"q": 1}), result("c1", "found")], [])

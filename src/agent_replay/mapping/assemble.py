@@ -167,6 +167,35 @@ class _Draft:
         return self.draft.kind
 
 
+def _after_their_requests(items: list[_Draft]) -> list[_Draft]:
+    """``items`` with each tool step that starts before the llm step asking for its call (by
+    call id: a tool on a host whose clock is behind the model caller's) moved to just after
+    that step, so that a replay issues the request first. It came first, unlinked, and a
+    re-drawn request could not reach its arguments."""
+    asked: dict[str, int] = {}
+    for index, item in enumerate(items):
+        for cid, _, _ in item.requests:
+            if cid is not None:
+                asked.setdefault(cid, index)
+    if not asked:
+        return items
+    late: dict[int, list[_Draft]] = defaultdict(list)
+    for index, item in enumerate(items):
+        if item.kind is StepKind.TOOL:
+            requester = next((asked[c] for c in item.tool_call_ids if c in asked), index)
+            if requester > index:
+                late[requester].append(item)
+    if not late:
+        return items
+    moved = {id(item) for group in late.values() for item in group}
+    out: list[_Draft] = []
+    for index, item in enumerate(items):
+        if id(item) not in moved:
+            out.append(item)
+        out.extend(late.get(index, ()))
+    return out
+
+
 def _walk(members: list[MappedSpan]) -> list[tuple[MappedSpan, str | None, str | None]]:
     """The spans that become steps, in order, with their acting agent and enclosing plan."""
     by_id = {(m.span.trace_id, m.span.span_id): m for m in members}
@@ -542,7 +571,7 @@ def _build(
     )
     if not ordered:
         return None
-    items = [_draft(m, agent, plan) for m, agent, plan in ordered]
+    items = _after_their_requests([_draft(m, agent, plan) for m, agent, plan in ordered])
     _link(items)  # first pass: which requests have a tool step (by id or by name)
     linked = len(items)
     items = _synthesize(items)
