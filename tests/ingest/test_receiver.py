@@ -895,6 +895,30 @@ def test_sigterm_drains_and_assembles_what_is_waiting(db_path):
         assert len(store.session_ids()) == 2
 
 
+def test_a_second_signal_stops_at_once(db_path):
+    """With the store locked the drain waits out SQLite's busy timeout, twice (about a
+    minute whatever --grace-seconds said), and a second Ctrl-C or SIGTERM did nothing."""
+    process, port = start_collect_process(db_path, "--grace-seconds", "1")
+    lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
+    try:
+        lock.execute("BEGIN IMMEDIATE")  # the receiver's commit waits behind it
+        sending = threading.Thread(target=export_children_only, args=(port,), daemon=True)
+        sending.start()
+        time.sleep(1)
+        process.terminate()
+        time.sleep(1)
+        started = time.monotonic()
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+        assert time.monotonic() - started < 10
+    finally:
+        if process.poll() is None:
+            process.kill()
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert process.returncode == 130 and "stopping now" in err, err
+
+
 def test_acknowledged_spans_survive_a_crash(db_path):
     process, port = start_collect_process(db_path, "--idle-seconds", "3600")
     try:

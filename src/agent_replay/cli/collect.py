@@ -178,8 +178,21 @@ def collect_command(
         click.echo(f"storing into {db} (pid {os.getpid()}); SIGTERM or Ctrl-C drains and stops")
         sys.stdout.flush()
         if threading.current_thread() is threading.main_thread():
+            signals = []
+
+            def on_signal(*_: object) -> None:
+                signals.append(1)
+                if len(signals) > 1:  # a second Ctrl-C or SIGTERM: stop now, not after draining
+                    os.write(
+                        2,
+                        b"stopping now: what was acknowledged is on disk, and the next start "
+                        b"assembles what was waiting\n",
+                    )
+                    os._exit(130)
+                collector.request_stop()
+
             for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: collector.request_stop())
+                signal.signal(signum, on_signal)
         try:
             collector.wait()
         finally:
