@@ -9,6 +9,7 @@ contrib components (``loadbalancing``, ``file``) are not run here: no binary at 
 
 from __future__ import annotations
 
+import functools
 import socket
 import sqlite3
 import time
@@ -185,6 +186,24 @@ def test_relay_and_fanout_over_tls_as_the_readme_says(tmp_path, db_path, transpo
         check_stored(ours, store, sent)
 
 
+def sent_while_locked(db_path, collector, error: str, send) -> list[tuple[str, str]]:
+    """What ``send()`` sent with the store locked by another writer (the receiver's commits
+    wait behind it), once the receiver has answered ``error`` (an error class name) at least
+    once; the lock is released on the way out."""
+    lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        sent = send()
+        deadline = time.monotonic() + 20
+        while not collector.receiver.snapshot()["errors"].get(error):
+            assert time.monotonic() < deadline, collector.receiver.snapshot()
+            time.sleep(0.05)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    return sent
+
+
 def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
     """The receiver answers 503 with Retry-After while its disk is busy; the Collector's
     retry_on_failure (as relay.yaml sets it) sends those requests again (the receiver gets
@@ -195,17 +214,9 @@ def test_relay_retries_while_the_receiver_asks_it_to_wait(tmp_path, db_path):
             **{"otlphttp/agent_replay": {"endpoint": f"http://127.0.0.1:{collector.http_port}"}},
         )
         with otelcol(config, http, tmp_path):
-            lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
-            lock.execute("BEGIN IMMEDIATE")  # the receiver's commits wait behind it
-            try:
-                sent = send_agent_runs(http)
-                deadline = time.monotonic() + 20
-                while not collector.receiver.snapshot()["errors"].get("Unavailable"):
-                    assert time.monotonic() < deadline, collector.receiver.snapshot()
-                    time.sleep(0.05)
-            finally:
-                lock.execute("ROLLBACK")
-                lock.close()
+            sent = sent_while_locked(
+                db_path, collector, "Unavailable", functools.partial(send_agent_runs, http)
+            )
             wait_for(collector, db_path, sent)
             deadline = time.monotonic() + 20  # the retry comes after Retry-After (1 s)
             while collector.receiver.snapshot()["spans_received"] <= len(sent):
@@ -226,17 +237,9 @@ def test_fanout_retries_while_the_receiver_is_overloaded_over_grpc(tmp_path, db_
     ):
         config, grpc_port, http = fanout(backend.grpc_port, ours.grpc_port)
         with otelcol(config, http, tmp_path):
-            lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
-            lock.execute("BEGIN IMMEDIATE")  # the first request waits; the next are refused
-            try:
-                sent = send_agent_runs(http, grpc_port)
-                deadline = time.monotonic() + 20
-                while not ours.receiver.snapshot()["errors"].get("Overloaded"):
-                    assert time.monotonic() < deadline, ours.receiver.snapshot()
-                    time.sleep(0.05)
-            finally:
-                lock.execute("ROLLBACK")
-                lock.close()
+            # the first request waits for the disk; the next are refused, the queue full
+            send = functools.partial(send_agent_runs, http, grpc_port)
+            sent = sent_while_locked(db_path, ours, "Overloaded", send)
             wait_for(ours, db_path, sent)
         check_stored(ours, store, sent, resent=True)
 
