@@ -28,6 +28,7 @@ import contextlib
 import email.errors
 import errno
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -36,6 +37,7 @@ from typing import Any
 
 __all__ = ["GuardedHTTPServer", "GuardedHandler"]
 
+_log = logging.getLogger(__name__)
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "127.0.0.1", "::1"})
 
 
@@ -141,6 +143,11 @@ class GuardedHTTPServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         self._closed.set()
         super().server_close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a connection the client dropped, or a failed TLS handshake, is the client's problem:
+        # logged at debug level, not printed to stderr with a traceback (socketserver's way)
+        _log.debug("agent-replay: connection from %s failed", client_address, exc_info=True)
 
     # -- Host check ------------------------------------------------------------------------
 

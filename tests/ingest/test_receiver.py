@@ -902,7 +902,10 @@ def test_a_second_signal_stops_at_once(db_path):
     lock = sqlite3.connect(db_path, isolation_level=None, timeout=30)
     try:
         lock.execute("BEGIN IMMEDIATE")  # the receiver's commit waits behind it
-        sending = threading.Thread(target=export_children_only, args=(port,), daemon=True)
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=5)
+        spans, _ = recorded_spans(1, "late")
+        # (its export never succeeds: the process is stopped under it)
+        sending = threading.Thread(target=exporter.export, args=(spans,), daemon=True)
         sending.start()
         time.sleep(1)
         process.terminate()

@@ -344,10 +344,6 @@ class OTLPHTTPServer(GuardedHTTPServer):
             )
         self._thread: threading.Thread | None = None
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a failed TLS handshake or a dropped connection is the client's problem: no traceback
-        _log.debug("agent-replay: connection from %s failed", client_address, exc_info=True)
-
     @property
     def port(self) -> int:
         return self.server_address[1]
