@@ -110,16 +110,11 @@ class _Handler(GuardedHandler):
         if self.command != "POST":
             return super().handle_expect_100()
         receiver = self.server.receiver
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        as_json = content_type == "application/json"
+        content_type, as_json = self._content_type()
         self.close_connection = True  # (until 100 is sent: the body stays unread)
-        if _PATHS.get(self.path.split("?", 1)[0]) is None:
-            self._send(404, b"not found: use /v1/traces or /v1/logs\n", "text/plain")
-            return False
         try:
-            receiver.check_token(self.headers.get("Authorization"))
-            if not as_json and content_type not in _PROTOBUF:
-                raise UnsupportedMediaType(f"unsupported Content-Type {content_type!r}")
+            if self._signal(content_type, as_json) is None:
+                return False
             length = (self.headers.get("Content-Length") or "").strip()
             cap = receiver.config.max_body_bytes
             if length.isascii() and length.isdigit() and int(length) > cap:
@@ -265,24 +260,36 @@ class _Handler(GuardedHandler):
         with self.server.receiver.receiving() as began:
             self._post(began)
 
+    def _content_type(self) -> tuple[str, bool]:
+        """The request's media type, and whether it is OTLP/JSON."""
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        return content_type, content_type == "application/json"
+
+    def _signal(self, content_type: str, as_json: bool) -> str | None:
+        """The signal the request posts, after what its head alone decides: another path is
+        answered 404 here (``None``); a missing token or another content type raises."""
+        signal = _PATHS.get(self.path.split("?", 1)[0])
+        if signal is None:
+            self.close_connection = True
+            self._send(404, b"not found: use /v1/traces or /v1/logs\n", "text/plain")
+            return None
+        self.server.receiver.check_token(self.headers.get("Authorization"))
+        if not as_json and content_type not in _PROTOBUF:
+            self.close_connection = True
+            raise UnsupportedMediaType(
+                f"unsupported Content-Type {content_type!r}: use application/x-protobuf "
+                "or application/json"
+            )
+        return signal
+
     def _post(self, began: bool) -> None:
         receiver = self.server.receiver
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        as_json = content_type == "application/json"
+        content_type, as_json = self._content_type()
         body_read = False
         try:
-            signal = _PATHS.get(self.path.split("?", 1)[0])
+            signal = self._signal(content_type, as_json)
             if signal is None:
-                self.close_connection = True
-                self._send(404, b"not found: use /v1/traces or /v1/logs\n", "text/plain")
                 return
-            receiver.check_token(self.headers.get("Authorization"))
-            if not as_json and content_type not in _PROTOBUF:
-                self.close_connection = True
-                raise UnsupportedMediaType(
-                    f"unsupported Content-Type {content_type!r}: use application/x-protobuf "
-                    "or application/json"
-                )
             with receiver.holding() as hold:
                 body = self._read_body(receiver.config.max_body_bytes, hold)
                 body_read = True
