@@ -50,8 +50,35 @@ def test_attribute_writes_reports_and_explains(demo_db, tmp_path):
     assert data["culprit_index"] == 2 and data["repair"]["valid"]
     assert data["explanation"]["trace"][2]["role"] == "decisive"
     assert "Culprit: step 2" in (tmp_path / "out" / "report.html").read_text()
-    kept = demo_db.with_name("runs.sqlite.reports") / report_file_name("s1")
+    (kept,) = demo_db.with_name("runs.sqlite.reports").glob("s1-*.json")
     assert json.loads(kept.read_text())["session_id"] == "s1"
+    assert f"wrote {kept}" in out
+
+
+def test_a_second_attribution_keeps_the_first_report(demo_db):
+    # the reports folder kept one file per session: a second attribution (other settings, a
+    # fixed agent) replaced the first one's report
+    assert attribute(demo_db, "s1").exit_code == 0
+    assert attribute(demo_db, "s1", "--repair").exit_code == 0
+    folder = demo_db.with_name("runs.sqlite.reports")
+    kept = sorted(folder.glob("s1-*.json"))
+    assert len(kept) == 2
+    reports = [json.loads(path.read_text()) for path in kept]
+    assert [report["repair"] is not None for report in reports] == [False, True]
+    from agent_replay.console.app import Console
+
+    with Console(demo_db) as console:
+        listed = console.reports()
+    assert sorted(r["file"] for r in listed) == [path.name for path in kept]
+
+
+def test_report_file_names_are_safe_and_distinct():
+    from datetime import datetime, timezone
+
+    when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    name = report_file_name("../../etc/passwd <x>", when)
+    assert "/" not in name and name.endswith("-20260102T030405678901Z.json")
+    assert report_file_name("a/b", when) != report_file_name("a_b", when)
 
 
 def test_attribute_json_and_no_explain(demo_db):

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,33 @@ Exit codes:
 """
 
 
-def report_file_name(session_id: str) -> str:
-    """A safe file name for a session's report (session ids are arbitrary text)."""
+def report_file_name(session_id: str, when: datetime | None = None) -> str:
+    """A safe file name for a report on a session (session ids are arbitrary text), with the
+    time it was written (UTC, to the microsecond) so that each attribution of a session keeps
+    its own file."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", session_id)[:48].strip("._") or "session"
-    return f"{slug}-{hashlib.sha256(session_id.encode()).hexdigest()[:10]}.json"
+    stamp = (when or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{slug}-{hashlib.sha256(session_id.encode()).hexdigest()[:10]}-{stamp}.json"
+
+
+def keep_report(folder: Path, data: dict[str, Any]) -> Path:
+    """Keep a copy of the report in ``folder`` (for `agent-replay serve`) under a name no
+    earlier report has: a second attribution of a session adds a file, it does not replace
+    the first one's."""
+    text = report_json(data) + "\n"
+    for attempt in range(100):
+        path = folder / report_file_name(data["session_id"])
+        if attempt:
+            path = path.with_name(f"{path.stem}-{attempt}.json")
+        try:
+            with path.open("x", encoding="utf-8") as out:
+                out.write(text)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+    raise click.ClickException(f"cannot find a free report name in {folder}")
 
 
 def build_report(result: Any, trajectory: Trajectory, explanation: Any) -> dict[str, Any]:
@@ -265,9 +289,7 @@ def attribute_command(
     if out_prefix is not None:
         written += write_reports(data, out_prefix)
     if folder is not None:
-        saved = folder / report_file_name(session_id)
-        write_text(saved, report_json(data) + "\n")
-        written.append(saved)
+        written.append(keep_report(folder, data))
     if as_json:
         click.echo(report_json(data))
     else:

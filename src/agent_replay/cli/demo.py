@@ -13,8 +13,8 @@ from ..console.app import reports_dir_for
 from ..demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from ..report.text import render_text
 from ..session import Session
-from .attribute import build_report, report_file_name, report_json, write_reports
-from .common import output_dir, plural, write_text
+from .attribute import build_report, keep_report, write_reports
+from .common import output_dir, plural
 from .progress import RolloutProgress
 from .show import render_table
 
@@ -84,10 +84,8 @@ def demo_command(out_dir: Path) -> None:
     explanation = result.explain(stored)
     data = build_report(result, stored, explanation)
     json_path, html_path = write_reports(data, out_dir / "report")
-    kept = output_dir(reports_dir_for(db), "--out", private=True) / report_file_name(
-        stored.session_id
-    )
-    write_text(kept, report_json(data) + "\n")  # where `agent-replay serve` looks for it
+    # where `agent-replay serve` looks for it
+    keep_report(output_dir(reports_dir_for(db), "--out", private=True), data)
     click.echo(f"   {progress.status()} (attribution {time.perf_counter() - started:.2f}s)")
     click.echo("")
     click.echo(render_text(data))
