@@ -150,6 +150,31 @@ def test_a_verifier_may_return_any_real_number(score, expected):
     assert traj.outcome.score == expected
 
 
+def test_a_verifier_that_changes_the_result_does_not_change_what_is_stored(db_path):
+    """The stored result was the object the verifier had been handed, so a verifier that
+    popped a key (or normalised a list in place) changed the recording, and a replay of the
+    run then compared against a result the agent never returned."""
+
+    def popping(result):
+        result.pop("answer")
+        result["noise"] = None
+        return 0.0
+
+    with Session(db_path) as session:
+        traj = session.record(agent, {"question": "x"}, verifier=popping, session_id="m")
+        stored = session.load("m")
+    assert traj.outcome.result["answer"] == stored.outcome.result["answer"]
+    assert isinstance(stored.outcome.result["noise"], float)
+    assert stored.outcome.failed
+
+
+def test_a_result_that_cannot_be_stored_still_reaches_the_verifier():
+    seen = []
+    traj = record(lambda ctx: Verdict(), verifier=lambda r: seen.append(r) or 1.0)
+    assert isinstance(seen[0], Verdict) and traj.outcome.score == 1.0
+    assert traj.outcome.result.startswith("<") and traj.metadata["result_repr"]
+
+
 class Verdict:
     pass
 

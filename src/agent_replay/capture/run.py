@@ -14,7 +14,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import VerifierError
+from ..canonical import snapshot
+from ..errors import CanonicalEncodingError, VerifierError
 from ..model import Outcome
 from .context import activate, deactivate, exception_text
 
@@ -206,11 +207,15 @@ def judge(
         return Outcome.from_score(0.0, None, describe_failure(error))
     if verifier is None:
         return Outcome.from_score(None, result)
+    try:  # what the agent returned, kept from a verifier that changes what it is handed
+        kept = snapshot(result)
+    except CanonicalEncodingError:
+        kept = result  # not storable as it is: recorded as its repr
     try:
         raw = verifier(result)
     except Exception as exc:
         raise VerifierError(f"{where}: the verifier raised {type(exc).__name__}: {exc}") from exc
-    return Outcome.from_score(coerce_score(raw, where), result)
+    return Outcome.from_score(coerce_score(raw, where), kept)
 
 
 def coerce_score(raw: Any, where: str) -> float:
