@@ -148,6 +148,17 @@ def test_path_in_error():
         canonical.encode({"a": [1, {"b": object()}]})
 
 
+@pytest.mark.parametrize("encode", [canonical.encode, canonical.encode_stored])
+def test_text_and_numbers_that_cannot_be_written_name_their_path(encode):
+    """A lone surrogate or an int too long for text was reported "at $" however deep it sat."""
+    with pytest.raises(CanonicalEncodingError, match=r"lone surrogate.* at \$\.a\[1\]\.b$"):
+        encode({"a": ["ok", {"b": "x\ud800"}], "z": 1})
+    with pytest.raises(CanonicalEncodingError, match=r" at \$\.k<key 'x\\udc80'>$"):
+        encode({"k": {"x\udc80": 1}})
+    with pytest.raises(CanonicalEncodingError, match=r"written as JSON .* at \$\[0\]\[2\]$"):
+        encode([(1, 2, 10**5000)])
+
+
 def test_decode_rejects_garbage():
     with pytest.raises(ValueError):
         canonical.decode(b'{"$bytes": "***"}')

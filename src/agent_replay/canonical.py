@@ -149,7 +149,7 @@ def _encoded(value: Any, write: Any) -> Any:
     try:
         return write(_prepare(value))
     except CanonicalEncodingError as exc:
-        raise CanonicalEncodingError(exc.bare_message, path=_locate(value)) from None
+        raise CanonicalEncodingError(exc.bare_message, path=_locate(value, _prepare)) from None
     except RecursionError:  # a cycle, or nesting deeper than the interpreter's stack
         raise CanonicalEncodingError(
             "value contains itself or is nested too deeply to be stored", path="$"
@@ -157,10 +157,13 @@ def _encoded(value: Any, write: Any) -> Any:
     except UnicodeEncodeError as exc:
         raise CanonicalEncodingError(
             "string is not valid Unicode (lone surrogate); it cannot be stored as UTF-8",
-            path="$",
+            path=_locate(value, lambda v: write(_prepare(v))),
         ) from exc
     except ValueError as exc:  # Python's guard against converting huge ints to text
-        raise CanonicalEncodingError(f"value cannot be written as JSON ({exc})", path="$") from exc
+        raise CanonicalEncodingError(
+            f"value cannot be written as JSON ({exc})",
+            path=_locate(value, lambda v: write(_prepare(v))),
+        ) from exc
 
 
 def _both(prepared: Any) -> tuple[bytes, bytes]:
@@ -339,26 +342,26 @@ def _prepare_other(value: Any) -> Any:
     )
 
 
-def _locate(value: Any, path: str = "$") -> str:
-    """Where in ``value`` the first thing ``_prepare`` rejects sits (for error messages)."""
-    try:
-        _prepare(value)
-        return path
-    except CanonicalEncodingError:
-        pass
+def _locate(value: Any, check: Any, path: str = "$") -> str:
+    """Where in ``value`` (which ``check`` refuses) the first part ``check`` refuses sits, for
+    error messages: the innermost key, item or member that fails on its own."""
+
+    def fails(part: Any) -> bool:
+        try:
+            check(part)
+        except (CanonicalEncodingError, UnicodeEncodeError, ValueError):
+            return True
+        return False
+
     if isinstance(value, dict):
         for key, item in value.items():
             for child, where in ((key, f"{path}<key {key!r}>"), (item, f"{path}.{key}")):
-                try:
-                    _prepare(child)
-                except CanonicalEncodingError:
-                    return _locate(child, where)
+                if fails(child):
+                    return _locate(child, check, where)
     elif isinstance(value, (list, tuple, set, frozenset)):
         for i, item in enumerate(value):
-            try:
-                _prepare(item)
-            except CanonicalEncodingError:
-                return _locate(item, f"{path}[{i}]")
+            if fails(item):
+                return _locate(item, check, f"{path}[{i}]")
     return path
 
 
