@@ -366,3 +366,17 @@ def test_aggregate_leaves_out_forks_and_resumed_runs_unless_asked(demo_db):
     assert (data["failing_runs"], data["branches_left_out"]) == (1, 3)
     data = json.loads(run(*common, "--include-branches", "--json").stdout)
     assert (data["failing_runs"], data["branches_left_out"]) == (4, 0)
+
+
+def test_a_recorded_run_that_raised_shows_what_went_wrong(tmp_path, monkeypatch):
+    """``record`` of an agent that cannot take the task printed only ``error TypeError`` and a
+    table header with no rows: the message (which argument is missing) was in --json only."""
+    (tmp_path / "short.py").write_text("def agent(ctx, question, extra):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = tmp_path / "r.sqlite"
+    task = '{"question": "q"}'
+    recorded = run("record", "--db", db, "--agent", "short:agent", "--task", task)
+    assert recorded.exit_code == 0, recorded.output  # a failed run is a run: it is stored
+    assert "outcome FAILED" in recorded.output and "error TypeError" in recorded.output
+    assert "missing 1 required positional argument: 'extra'" in recorded.output
+    assert recorded.output.rstrip().endswith("(no steps)")

@@ -69,10 +69,15 @@ def render_table(traj: Trajectory, width: int | None = None) -> str:
             f"outcome {outcome_word(o.failed)}{score}"
             + (f"  error {o.error['type']}" if o.error else "")
         )
+        if o.error and o.error.get("message"):  # what went wrong, not only its type
+            lines.append(f"  {clip(' '.join(str(o.error['message']).split()), 300)}")
     if traj.lineage is not None:
         lines.append(f"forked from {traj.lineage.parent_session} at step {traj.lineage.fork_step}")
     lines.append(f"head {traj.head_hash}")
     lines.append("")
+    if not traj.steps:
+        lines.append("(no steps)")
+        return "\n".join(lines)
     lines.append(f"{'#':>3}  {'step':<28} {'agent':<14} {'inputs':<{width}} output")
     for s in traj.steps:
         flags = ("!" if s.side_effects else "") + ("x" if s.error else "")
