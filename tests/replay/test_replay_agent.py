@@ -8,7 +8,12 @@ from agent_replay import ReplayPlan, attribute, replay, replayable_agent
 from agent_replay.errors import PlanError
 from agent_replay.model import StepDraft, StepKind, Trajectory
 from agent_replay.replay.agent import propagation_pairs, rewrite
-from agent_replay.replay.policies import OpenAIChatPolicy, PolicyError, ScriptedPolicy
+from agent_replay.replay.policies import (
+    HoldPolicy,
+    OpenAIChatPolicy,
+    PolicyError,
+    ScriptedPolicy,
+)
 from fake_openai import chat_completion, send_json, serving
 
 
@@ -254,6 +259,26 @@ def test_attribution_holds_and_flags_the_steps_the_replay_agent_has_no_policy_fo
     result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=40)
     assert [s.observation_only for s in result.steps] == [False, True, False]
     assert any("held in every rollout: [1]" in w for w in result.warnings)
+
+
+def test_steps_with_a_hold_policy_are_held_and_not_scored_but_can_be_forced():
+    """A hold policy re-draws the recorded output, so its step cannot change a rollout: with
+    ``*=hold`` attribution spent its whole rollout cap (992 rollouts on three steps) to report
+    +0.00 for every step and "undecided"; such steps are now held without rollouts."""
+    traj = group_chat()
+    writer = ScriptedPolicy([[parts("assistant", "x")]])
+    agent = replayable_agent(traj, {"*": HoldPolicy(), "agent:Writer": writer})
+    assert agent.observation_only == () and agent.held_by_policy == (0, 1)
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=40)
+    assert [s.observation_only for s in result.steps] == [True, True, False]
+    assert [s.effect for s in result.steps[:2]] == [None, None]
+    assert any("hold policy" in w and "[0, 1]" in w for w in result.warnings)
+    everything = replayable_agent(traj, {"*": HoldPolicy()})
+    nothing = attribute(traj, agent=everything, verifier=lambda r: 0.0)
+    assert nothing.stop_reason == "nothing to attribute" and nothing.cost["rollouts"] == 8
+    assert any("every step that could be re-drawn has a hold policy" in w for w in nothing.warnings)
+    forced = replay(everything, traj, ReplayPlan.factual().force(0, [parts("assistant", "y")]))
+    assert forced.result["outputs"][0] == [parts("assistant", "y")]  # a plan may still force it
 
 
 def weather_call(city, call_id="w", text=None):

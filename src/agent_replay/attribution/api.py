@@ -196,8 +196,10 @@ def attribute(
         )
 
     # held in every rollout: what the recording marks (side effects, opaque spans) and, for
-    # the replay agent of an imported trace, the steps it has no policy for
-    held = frozenset(getattr(agent, "observation_only", ()))
+    # the replay agent of an imported trace, the steps it has no policy for or a hold policy
+    # (re-drawn as recorded: nothing a rollout could learn)
+    by_policy = frozenset(getattr(agent, "held_by_policy", ()))
+    held = frozenset(getattr(agent, "observation_only", ())) | by_policy
     resamplable = [
         s.resamplable and not s.side_effects and s.index not in held for s in trajectory.steps
     ]
@@ -205,11 +207,17 @@ def attribute(
     warnings = []
     if fidelity.warning:
         warnings.append(fidelity.warning)
-    if observation_only:
+    if observation_only - by_policy:
+        fixed = sorted(observation_only - by_policy)
         warnings.append(
-            f"{len(observation_only)} step(s) cannot be re-drawn (side effects, recorded as "
+            f"{len(fixed)} step(s) cannot be re-drawn (side effects, recorded as "
             "not re-drawable, no resample policy, or no recorded content) "
-            f"and are held in every rollout: {sorted(observation_only)}; they are not scored"
+            f"and are held in every rollout: {fixed}; they are not scored"
+        )
+    if by_policy:
+        warnings.append(
+            f"{len(by_policy)} step(s) have a hold policy (re-drawn as recorded) and are held "
+            f"in every rollout: {sorted(by_policy)}; they are not scored"
         )
 
     step_shapley = method in ("shapley", "both")
@@ -223,6 +231,9 @@ def attribute(
             + (
                 "the run made no step"
                 if not trajectory.steps
+                else "every step that could be re-drawn has a hold policy; give the steps "
+                "to attribute a policy that re-draws them (--policy llm=openai, say)"
+                if by_policy
                 else "imported steps need resample policies (replayable_agent; --policy) and "
                 "recorded content (capture with message content on)"
                 if trajectory.source.startswith(("import", "otel"))

@@ -33,7 +33,7 @@ from ..capture.context import AgentContext, StepCall
 from ..errors import AgentReplayError, RecordedStepError
 from ..mapping.messages import requested_tool_calls, tool_call_parts
 from ..model import Step, StepKind, Trajectory
-from .policies import PolicyError, ResampleRequest, as_policy, load_policy
+from .policies import HoldPolicy, PolicyError, ResampleRequest, as_policy, load_policy
 
 __all__ = [
     "MIN_SUBSTRING",
@@ -62,6 +62,8 @@ class ReplayAgent:
 
     ``observation_only`` lists the steps it holds in every run: those with no policy, side
     effects, or no recorded content (the capture report's ``steps_without_content``).
+    ``held_by_policy`` lists the steps whose policy is a :class:`HoldPolicy`: re-drawn as
+    recorded, so attribution holds them too, and does not score them.
     """
 
     def __init__(
@@ -89,6 +91,13 @@ class ReplayAgent:
             )
             self._policies.append(None if fixed else (key, as_policy(policies[key])))
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
+        # a hold policy re-draws the recorded output: the step cannot change a rollout, so
+        # attribution holds it without spending rollouts on it (a plan may still force it)
+        self.held_by_policy = tuple(
+            i
+            for i, p in enumerate(self._policies)
+            if p is not None and isinstance(policies[p[0]], HoldPolicy)
+        )
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
         self._unfollowed = 0
         self._misshaped = 0

@@ -284,7 +284,8 @@ def _why(
         return (
             "No step of this run can be re-drawn, so no rollout could change anything and "
             "nothing was measured: every step is held (declared side_effects=True or "
-            "resamplable=False, given no resample policy, or recorded without content)."
+            "resamplable=False, given no resample policy or a hold policy, or recorded without "
+            "content)."
         )
     if culprit is None:
         parts = []
@@ -441,7 +442,7 @@ def _role(
     effect, interval = step.get("effect"), step.get("interval")
     lo, hi = step["segment"]
     if step.get("observation_only"):
-        why = "side effects" if step.get("side_effects") else "no resample policy"
+        why = "side effects" if step.get("side_effects") else "no policy re-draws it"
         return "observation-only", f"held in every rollout ({why}); not scored"
     if pnr is not None and i >= pnr:
         return (
