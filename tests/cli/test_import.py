@@ -57,6 +57,36 @@ def test_import_twice_keeps_one_copy_and_json_summary(db_path):
         store.load(store.session_ids()[0]).verify()
 
 
+def test_a_trace_imported_again_without_its_log_records_keeps_their_content(db_path):
+    """Event-only capture puts the messages in log records. Importing the span file again
+    alone (its log file rotated away) replaced the stored steps with steps without content,
+    the tool step's link to the call that asked for it and the task with them."""
+    spans = FIXTURES / "generated" / "otel_event_only.jsonl"
+    logs = FIXTURES / "generated" / "otel_event_only.logs.jsonl"
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["import", str(spans), str(logs), "--db", str(db_path)]).exit_code == 0
+    )
+    with CheckpointStore(db_path) as store:
+        before = store.load("conv_1")
+    again = runner.invoke(main, ["import", str(spans), "--db", str(db_path), "--json"])
+    assert again.exit_code == 0, again.output
+    summary = json.loads(again.output[again.output.index("{") :])
+    assert [t["status"] for t in summary["trajectories"]] == ["unchanged"]
+    with CheckpointStore(db_path) as store:
+        after = store.load("conv_1")
+    assert after == before and after.digest == before.digest
+    assert after.steps[1].attributes["requested_by"] == 0
+    assert after.metadata["capture"]["steps_without_content"] == []
+    # the other way round, the content the second import brings is taken
+    runner.invoke(main, ["import", str(spans), "--db", str(db_path.with_name("b.sqlite"))])
+    runner.invoke(
+        main, ["import", str(spans), str(logs), "--db", str(db_path.with_name("b.sqlite"))]
+    )
+    with CheckpointStore(db_path.with_name("b.sqlite")) as store:
+        assert store.load("conv_1").digest == before.digest
+
+
 def test_import_with_explicit_format_and_strict(tmp_path, db_path):
     path = tmp_path / "mixed.jsonl"
     good = (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().strip()

@@ -45,7 +45,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from .. import canonical
@@ -883,6 +883,7 @@ def merge(
     continuation = continue_session(SessionEnd.of(old), new)
     if continuation is not None:
         return continuation.whole(old.steps)
+    new = _with_stored_content(old, new)
     new_traces = set(new.metadata.get("trace_ids", ()))
     seen = covered if covered is not None else ()
 
@@ -940,6 +941,51 @@ def merge(
         outcome=new.outcome or old.outcome,
         metadata=metadata,
     )
+
+
+def _bare(step: Step) -> bool:
+    """A step captured without content (the capture report's ``steps_without_content``)."""
+    return step.kind is not StepKind.SPAN and step.inputs is None and step.action is None
+
+
+def _with_stored_content(old: Trajectory, new: Trajectory) -> Trajectory:
+    """``new`` with what ``old`` knows of spans ``new`` captured again with less.
+
+    A span does not change, so a step of ``old`` and a step of ``new`` for the same span are
+    the same operation seen twice. When ``new``'s is bare and ``old``'s has content, the
+    content came from records ``new`` was not assembled with (a trace imported again without
+    its log records, when event-only capture put the messages there): the stored step is
+    kept, not replaced by nothing; and what was learnt from that content (the tool step a
+    call was answered by, the task) is kept with it, on the steps whose content is the same."""
+    stored = {(s.trace_id, s.span_id): s for s in old.steps if s.span_id}
+    if not any(_bare(s) and not _bare(stored.get((s.trace_id, s.span_id), s)) for s in new.steps):
+        return new
+    where = {(s.trace_id, s.span_id): s.index for s in new.steps if s.span_id}
+    steps: list[Step] = []
+    prev = GENESIS_HASH
+    for step in new.steps:
+        before = stored.get((step.trace_id, step.span_id))
+        if before is not None and (before.kind, before.name) == (step.kind, step.name):
+            same = (before.input_hash, before.output_hash) == (step.input_hash, step.output_hash)
+            if same or (_bare(step) and not _bare(before)):
+                attributes = dict(before.attributes)
+                link = attributes.pop("requested_by", None)
+                if isinstance(link, int) and 0 <= link < len(old.steps):
+                    asker = old.steps[link]
+                    if (asker.trace_id, asker.span_id) in where:
+                        attributes["requested_by"] = where[(asker.trace_id, asker.span_id)]
+                step = before.placed(step.index, prev, attributes, step.agent)
+        if step.prev_hash != prev or step.index != len(steps):
+            step = step.placed(len(steps), prev)
+        steps.append(step)
+        prev = step.step_hash
+    metadata = dict(new.metadata)
+    was, now = old.metadata.get("capture") or {}, new.metadata.get("capture") or {}
+    metadata["capture"] = report = capture_report(steps, spans=now.get("spans"))
+    logs = max(int(was.get("log_records") or 0), int(now.get("log_records") or 0))
+    if logs or "log_records" in now:
+        report["log_records"] = logs
+    return replace(new, steps=tuple(steps), task=old.task, metadata=metadata)
 
 
 def _placed(drafts: Sequence[StepDraft], sealed: Mapping[int, Step]) -> tuple[Step, ...]:
