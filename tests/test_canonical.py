@@ -335,3 +335,31 @@ def test_a_datetime_in_a_named_zone_comes_back_in_that_zone():
     unknown = canonical.decode(b'{"$zoned":["2024-11-03T01:30:00-05:00","Nowhere/Never"]}')
     assert unknown.timestamp() == ambiguous.timestamp()  # (== is False across zones at a fold)
     assert unknown.utcoffset() == datetime.timedelta(hours=-5)
+
+
+def test_plain_json_keeps_the_shape_and_makes_every_leaf_json():
+    import datetime
+    import enum
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    value = {
+        "nan": float("nan"),
+        "inf": [float("inf"), -float("inf")],
+        1: ("a", {2, 1}),
+        "when": datetime.date(2024, 1, 2),
+        "enum": Colour.RED,
+        "obj": object,
+    }
+    plain = canonical.plain_json(value)
+    assert plain["nan"] == "NaN" and plain["inf"] == ["Infinity", "-Infinity"]
+    assert plain["1"] == ["a", [1, 2]] and plain["when"] == "2024-01-02"
+    assert plain["enum"] == 1 and type(plain["enum"]) is int and plain["obj"] == repr(object)
+    json.dumps(plain, allow_nan=False)
+    same = {"a": [1, 2.5, None, True]}
+    assert canonical.plain_json(same) is same  # plain JSON is not copied
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert canonical.plain_json(deep) == "<nested too deeply to show>"

@@ -45,6 +45,7 @@ __all__ = [
     "encode",
     "encode_stored",
     "hash_value",
+    "plain_json",
     "snapshot",
     "stored_bytes",
 ]
@@ -225,6 +226,56 @@ def snapshot(value: Any) -> Any:
         else:
             return value.copy()  # its keys are hashable: unchangeable for what matters here
     return decode(stored_bytes(value))
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` as data that JSON text holds as it is, for reports and ``--json`` output
+    (recorded content is arbitrary; what is stored is untouched): dicts, lists, strings,
+    finite numbers, bools and ``None`` are kept; a tuple is a list, a set a list in a stable
+    order; a key that is not a string becomes its ``repr``; a NaN or infinite float its name
+    (``"NaN"``, ``"Infinity"``, ``"-Infinity"``: bare, they make JSON most parsers refuse); a
+    datetime, date or time its ISO text; anything else its ``repr``."""
+    try:
+        _strict_dumps(value)
+        return value
+    except (TypeError, ValueError):
+        pass
+    except RecursionError:
+        return "<nested too deeply to show>"
+    try:
+        return _plain(value)
+    except RecursionError:
+        return "<nested too deeply to show>"
+
+
+_strict_dumps = json.JSONEncoder(allow_nan=False).encode
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value if type(value) in (str, bool, int) or value is None else _plain_scalar(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {(k if isinstance(k, str) else repr(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [_plain(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    return repr(value)
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A str, int or bool of a subclass (an enum member, say): its plain value."""
+    for kind in (bool, int, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return repr(value)
 
 
 def hash_value(value: Any) -> str:

@@ -380,3 +380,20 @@ def test_a_recorded_run_that_raised_shows_what_went_wrong(tmp_path, monkeypatch)
     assert "outcome FAILED" in recorded.output and "error TypeError" in recorded.output
     assert "missing 1 required positional argument: 'extra'" in recorded.output
     assert recorded.output.rstrip().endswith("(no steps)")
+
+
+def test_json_output_is_strict_json_whatever_the_values(tmp_path):
+    """``show --json`` wrote a recorded NaN or infinity bare (``NaN``, ``Infinity``): text
+    that strict JSON parsers (and most languages' standard ones) refuse."""
+    from agent_replay import record
+
+    def agent(ctx):
+        return ctx.llm("plan", produce=lambda: {"score": float("nan"), "hi": float("inf")})
+
+    db = tmp_path / "n.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(record(agent, session_id="n"))
+    shown = run("show", "--db", db, "--session", "n", "--json")
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.output, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert data["steps"][0]["action"] == {"score": "NaN", "hi": "Infinity"}

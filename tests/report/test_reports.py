@@ -361,3 +361,45 @@ def test_a_report_of_a_backend_export_keeps_its_ids_and_is_valid(fixture, span_i
     root = next(s for s in exporter.get_finished_spans() if s.name == "agent_replay.attribution")
     assert root.attributes["agent_replay.original_trace_id"] == data["trace_id"]
     assert not root.links
+
+
+def _odd_agent(ctx, kind):
+    """A run whose values are storable but not plain JSON."""
+    odd = {
+        "datetime": __import__("datetime").datetime(2024, 1, 1, 12, 30),
+        "set": {3, 1, 2},
+        "nan": float("nan"),
+        "inf": {"hi": float("inf"), "lo": float("-inf")},
+    }[kind]
+    plan = ctx.llm("plan", produce=lambda: {"value": odd}, kind=kind)
+    pick = ctx.tool("pick", produce=lambda: "bad" if ctx.rng.random() < 0.8 else "ok", plan=plan)
+    return {"answer": pick, "extra": odd}
+
+
+@pytest.mark.parametrize("kind", ["datetime", "set", "nan", "inf"])
+def test_a_run_whose_values_are_not_plain_json_gives_a_valid_report(kind, tmp_path):
+    """A result holding a datetime or a set became the repr *string* of the whole outcome, so
+    the explanation crashed (``'str' object has no attribute 'get'``) after every rollout was
+    spent; NaN and infinities were written bare, JSON that ``agent-replay report``, the console
+    and browsers refuse."""
+    from agent_replay import attribute, record
+
+    def verifier(result):
+        return 1.0 if result["answer"] == "ok" else 0.0
+
+    traj = record(_odd_agent, {"kind": kind}, seed=1, verifier=verifier)
+    assert traj.outcome.failed
+    result = attribute(traj, _odd_agent, verifier, budget=200)
+    data = full_report(traj, result)
+    from agent_replay.cli.attribute import report_json
+
+    text = report_json(data)
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    validate_report(strict)
+    assert isinstance(strict["trajectory"]["outcome"], dict)
+    assert "Culprit" in render_text(strict) or "CULPRIT" in render_text(strict)
+    explain(result, traj).to_text()
+    page = render_html(data)
+    embedded = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    json.loads(embedded.group(1), parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    json.loads(result.to_json(), parse_constant=lambda name: pytest.fail(f"bare {name}"))

@@ -127,7 +127,7 @@ class StepEffect:
             "segment_interval": _interval(self.segment_interval),
             "observation_only": self.observation_only,
             "side_effects": self.side_effects,
-            "action": _jsonable(self.action),
+            "action": canonical.plain_json(self.action),
             "e_value": self.e_value,
         }
 
@@ -221,8 +221,8 @@ class Repair:
         return {
             "step": self.step,
             "label": self.label,
-            "original": _jsonable(self.original),
-            "replacement": _jsonable(self.replacement),
+            "original": canonical.plain_json(self.original),
+            "replacement": canonical.plain_json(self.replacement),
             "failure_rate": self.failure_rate,
             "interval": _interval(self.interval),
             "valid": self.valid,
@@ -372,7 +372,7 @@ class AttributionResult:
         for key, value in extra.items():
             if value is not None:
                 data[key] = value.to_dict() if hasattr(value, "to_dict") else value
-        text = json.dumps(data, indent=2, ensure_ascii=False, default=repr)
+        text = json.dumps(canonical.plain_json(data), indent=2, ensure_ascii=False)
         if path is not None:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text)
@@ -438,14 +438,6 @@ class AttributionResult:
             f"{self.session_id}: {head}; {self.cost.get('rollouts', 0)} rollouts, "
             f"{self.cost.get('live_steps', 0)} live step executions"
         )
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def _is_plain_json(value: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from ..canonical import plain_json
 from ..console.app import reports_dir_for
 from ..model import Trajectory
 from .common import (
@@ -87,7 +88,7 @@ def build_report(result: Any, trajectory: Trajectory, explanation: Any) -> dict[
 
 def report_json(data: dict[str, Any]) -> str:
     """The report as the JSON text every copy of it holds."""
-    return json.dumps(data, indent=2, ensure_ascii=False, default=repr)
+    return json.dumps(plain_json(data), indent=2, ensure_ascii=False)
 
 
 def write_reports(data: dict[str, Any], prefix: Path) -> tuple[Path, Path]:

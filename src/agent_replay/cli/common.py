@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..canonical import plain_json
 from ..errors import AgentReplayError
 from ..model import Trajectory
 from ..replay.limits import RolloutLimits
@@ -99,7 +100,7 @@ def load_optional(spec: str | None, what: str) -> Callable[..., Any] | None:
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=repr))
+    click.echo(json.dumps(plain_json(data), indent=2, sort_keys=True))
 
 
 def short(value: Any, width: int = 60) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import difflib
-import json
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import canonical
 from ..capture.run import Verifier
 from ..errors import PlanError, StoreError
 from ..model import Lineage, Step, Trajectory
@@ -396,8 +396,8 @@ def diff(a: Trajectory, b: Trajectory) -> TrajectoryDiff:
                 sa.label if sa else None,
                 sb.label if sb else None,
                 tuple(changes),
-                _jsonable(sa.output) if sa else None,
-                _jsonable(sb.output) if sb else None,
+                canonical.plain_json(sa.output) if sa else None,
+                canonical.plain_json(sb.output) if sb else None,
                 ib,
             )
         )
@@ -454,11 +454,3 @@ def _changes(a: Step | None, b: Step | None) -> list[str]:
     if a.agent != b.agent:
         changes.append("agent")
     return changes or ["metadata"]
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)

@@ -12,18 +12,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..canonical import plain_json
 from ..model import Trajectory
 
-__all__ = ["as_report", "clip", "finite", "jsonable", "trajectory_section"]
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` if JSON can hold it, else its ``repr`` (recorded content is arbitrary)."""
-    try:
-        json.dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
+__all__ = ["as_report", "clip", "finite", "plain_json", "trajectory_section"]
 
 
 def trajectory_section(trajectory: Trajectory) -> dict[str, Any]:
@@ -32,22 +24,22 @@ def trajectory_section(trajectory: Trajectory) -> dict[str, Any]:
         "session_id": trajectory.session_id,
         "head_hash": trajectory.head_hash,
         "source": trajectory.source,
-        "task": jsonable(trajectory.task),
+        "task": plain_json(trajectory.task),
         "seed": trajectory.seed,
-        "outcome": None if trajectory.outcome is None else jsonable(trajectory.outcome.to_dict()),
-        "lineage": None if trajectory.lineage is None else jsonable(trajectory.lineage.to_dict()),
-        "capture": jsonable(dict(trajectory.metadata.get("capture") or {})) or None,
+        "outcome": None if trajectory.outcome is None else plain_json(trajectory.outcome.to_dict()),
+        "lineage": None if trajectory.lineage is None else plain_json(trajectory.lineage.to_dict()),
+        "capture": plain_json(dict(trajectory.metadata.get("capture") or {})) or None,
         "steps": [
             {
                 "index": s.index,
                 "kind": s.kind.value,
                 "name": s.name,
                 "agent": s.agent,
-                "inputs": jsonable(s.inputs),
-                "action": jsonable(s.action),
-                "observation": jsonable(s.observation) if s.observed else None,
+                "inputs": plain_json(s.inputs),
+                "action": plain_json(s.action),
+                "observation": plain_json(s.observation) if s.observed else None,
                 "observed": s.observed,
-                "error": jsonable(dict(s.error)) if s.error else None,
+                "error": plain_json(dict(s.error)) if s.error else None,
                 "side_effects": s.side_effects,
                 "resamplable": s.resamplable,
                 "step_hash": s.step_hash,

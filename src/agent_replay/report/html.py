@@ -20,6 +20,7 @@ from string import Template
 from typing import Any
 
 from ..attribution.drift import entropy_bits
+from ..canonical import plain_json
 from ..model import Trajectory
 from ._data import (
     as_report,
@@ -45,7 +46,7 @@ def h(value: Any) -> str:
 
 def embed_json(data: Any) -> str:
     """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can appear)."""
-    text = json.dumps(data, ensure_ascii=False, default=repr, sort_keys=False)
+    text = json.dumps(plain_json(data), ensure_ascii=False, sort_keys=False)
     return (
         text.replace("&", "\\u0026")
         .replace("<", "\\u003c")
