@@ -67,3 +67,12 @@ def test_durations(text, seconds):
 def test_a_bad_duration_is_a_usage_error(demo_db):
     result = run("prune", "--db", demo_db, "--older-than", "3 weeks")
     assert result.exit_code == 2 and "not a duration" in result.output
+
+
+def test_a_duration_longer_than_the_epoch_deletes_nothing(demo_db):
+    """``--older-than 1000000d`` overflowed SQLite's integer (a traceback); a duration that is
+    not a finite number of seconds is a usage error."""
+    result = run("prune", "--db", demo_db, "--older-than", "1000000d")
+    assert result.exit_code == 0 and result.output.startswith("deleted 0 sessions")
+    huge = run("prune", "--db", demo_db, "--older-than", "9" * 400)
+    assert huge.exit_code == 2 and "too long a duration" in huge.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import re
 import sys
 import tempfile
@@ -170,7 +171,10 @@ class Duration(click.ParamType):
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
         if match is None:
             self.fail(f"{value!r} is not a duration (e.g. 30d, 12h, 45m, 90s)", param, ctx)
-        return float(match[1]) * _UNITS[match[2] or "s"]
+        seconds = float(match[1]) * _UNITS[match[2] or "s"]
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is too long a duration", param, ctx)
+        return seconds
 
 
 def limits_options(

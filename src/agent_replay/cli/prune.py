@@ -45,7 +45,8 @@ def prune_command(
     before, and the rows a trace merged into a stored conversation left behind. The spans a
     receiver kept of the deleted sessions' traces go too. Writers (a receiver on the same
     store) wait only while it deletes; --dry-run only reads."""
-    cutoff = None if older_than is None else time.time_ns() - int(older_than * 1e9)
+    # (a duration longer than the time since 1970 leaves nothing old enough: cut off at 0)
+    cutoff = None if older_than is None else max(0, time.time_ns() - int(older_than * 1e9))
     with friendly_errors(), open_store(db, read_only=dry_run) as store:
         unknown = [s for s in session_ids if s not in store]
         if unknown:
