@@ -397,3 +397,30 @@ def test_json_output_is_strict_json_whatever_the_values(tmp_path):
     assert shown.exit_code == 0, shown.output
     data = json.loads(shown.output, parse_constant=lambda name: pytest.fail(f"bare {name}"))
     assert data["steps"][0]["action"] == {"score": "NaN", "hi": "Infinity"}
+
+
+def test_recorded_text_cannot_drive_the_terminal_or_reverse_the_output(tmp_path):
+    """Recorded content reached the terminal as it was: an OSC sequence set the window title
+    (and, cut by a preview, made terminals swallow the rest), an unclosed right-to-left
+    override reversed the tool's own text after it. Both are shown as escapes now."""
+    from agent_replay import record
+
+    hostile = "ok\x1b]0;pwned\x07 \x1b[41mred \u202eevil"
+
+    def agent(ctx):
+        ctx.llm("plan" + "\x1b[2J", produce=lambda: hostile, q=hostile)
+        return hostile
+
+    db = tmp_path / "h.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(record(agent, session_id="h", verifier=lambda r: 0.0))
+    for args in (("show", "--session", "h"), ("sessions",), ("verify",)):
+        shown = run(*args, "--db", db)
+        assert shown.exit_code == 0, shown.output
+        assert (
+            "\x1b" not in shown.output
+            and "\u202e" not in shown.output
+            and "\x07" not in shown.output
+        )
+    shown = run("show", "--db", db, "--session", "h")
+    assert "\\u001b]0;pwned\\u0007" in shown.output and "\\u202eevil" in shown.output

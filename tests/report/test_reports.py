@@ -403,3 +403,22 @@ def test_a_run_whose_values_are_not_plain_json_gives_a_valid_report(kind, tmp_pa
     embedded = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
     json.loads(embedded.group(1), parse_constant=lambda name: pytest.fail(f"bare {name}"))
     json.loads(result.to_json(), parse_constant=lambda name: pytest.fail(f"bare {name}"))
+
+
+def test_html_shows_control_and_bidi_characters_instead_of_obeying_them():
+    """An unclosed U+202E in a task reversed the report's own sentences after it in the
+    browser ("100%" read "%001")."""
+    from agent_replay import attribute, record
+
+    def agent(ctx, q):
+        return ctx.tool("pick", produce=lambda: "bad" if ctx.rng.random() < 0.8 else "ok", q=q)
+
+    def verifier(result):
+        return 1.0 if result == "ok" else 0.0
+
+    traj = record(agent, {"q": "please \u202eobviously fine\x1b[0m"}, seed=1, verifier=verifier)
+    result = attribute(traj, agent, verifier, budget=100)
+    page = render_html(full_report(traj, result))
+    body = page.split('<script type="application/json"')[0]
+    assert "\u202e" not in body and "\x1b" not in body
+    assert "please \\u202eobviously fine\\u001b[0m" in body

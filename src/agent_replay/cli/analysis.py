@@ -12,6 +12,7 @@ from .common import (
     agent_option,
     check_policy_keys,
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -120,11 +121,11 @@ def aggregate_command(
     if as_json:
         echo_json({**result.to_dict(), "passed_sessions": passed, "branches_left_out": left_out})
     else:
-        click.echo(result.to_text())
+        echo(result.to_text())
         if passed:
-            click.echo(f"  ({plural(passed, 'session')} that passed when recorded not attributed)")
+            echo(f"  ({plural(passed, 'session')} that passed when recorded not attributed)")
         if left_out:
-            click.echo(
+            echo(
                 f"  ({plural(left_out, 'fork or resumed run')} left out: they repeat another "
                 "session's prefix; --include-branches attributes them)"
             )
@@ -186,35 +187,35 @@ def drift_command(
         limits = rollout_limits([trajectory], max_rollout_steps, rollout_timeout)
         result = drift(trajectory, agent, verifier, rollouts, state_scorer=scorer, limits=limits)
     if to_stdout:
-        click.echo(result.render_html(), nl=False)
+        echo(result.render_html(), nl=False)
         return
     if out_path:
         write_text(out_path, result.render_html())
     if as_json:
         echo_json(result.to_dict())
         return
-    click.echo(
+    echo(
         f"drift of {session_id} ({result.rollouts} rollouts, {result.live_steps} live "
         "step executions)"
     )
     if result.stopped:
-        click.echo(
+        echo(
             f"{result.stopped} rollouts ran into their limits and were stopped; they count as "
             "failures (see docs/attribution.md, Rollout limits)"
         )
-    click.echo(f"{'position':>8}  {'F(p)':>6}  {'entropy':>7}")
+    echo(f"{'position':>8}  {'F(p)':>6}  {'entropy':>7}")
     for position, (rate, bits) in enumerate(zip(result.failure_rates, result.entropy, strict=True)):
-        click.echo(f"{position:>8}  {rate:>6.2f}  {bits:>7.2f}  " + "#" * round(bits * 20))
+        echo(f"{position:>8}  {rate:>6.2f}  {bits:>7.2f}  " + "#" * round(bits * 20))
     sealed = (
         "never (the outcome stays open)"
         if result.commitment_index is None
         else f"after step {result.commitment_index}"
     )
-    click.echo(f"fate sealed: {sealed}")
+    echo(f"fate sealed: {sealed}")
     if result.health is not None:
-        click.echo(
+        echo(
             "silent decay: "
             + (f"yes, from step {result.decay_step}" if result.silent_decay else "no")
         )
     if out_path:
-        click.echo(f"wrote {out_path}")
+        echo(f"wrote {out_path}")

@@ -19,6 +19,7 @@ from ..model import Trajectory
 from .common import (
     agent_option,
     db_option,
+    echo,
     friendly_errors,
     limits_options,
     load_entrypoint,
@@ -292,18 +293,18 @@ def attribute_command(
     if folder is not None:
         written.append(keep_report(folder, data))
     if as_json:
-        click.echo(report_json(data))
+        echo(report_json(data))
     else:
         from ..report.text import render_text
 
-        click.echo(render_text(data))
+        echo(render_text(data))
         if not no_explain:
-            click.echo("")
-            click.echo(explanation.to_text())
-        click.echo("")
+            echo("")
+            echo(explanation.to_text())
+        echo("")
         for path in written:
-            click.echo(f"wrote {path}")
+            echo(f"wrote {path}")
     if otlp_url:  # after the verdict is out: a refused export loses nothing but itself
         trace_id = export_otlp(data, otlp_url)
-        click.echo(f"exported the verdict to {otlp_url} (trace {trace_id})", err=as_json)
+        echo(f"exported the verdict to {otlp_url} (trace {trace_id})", err=as_json)
     sys.exit(EXIT_DECIDED if result.decided else EXIT_UNDECIDED)

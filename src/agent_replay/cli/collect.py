@@ -14,7 +14,7 @@ import click
 
 from ..ingest.receiver import DEFAULT_GRPC, DEFAULT_HTTP, Collector, ReceiverConfig, TLSConfig
 from ..ingest.receiver.memory import pin_mmap_threshold
-from .common import Duration, db_option, friendly_errors, open_store
+from .common import Duration, db_option, echo, friendly_errors, open_store
 
 _OFF = ("", "off", "none", "no")
 
@@ -162,7 +162,7 @@ def collect_command(
             )
             raise click.ClickException(f"cannot listen on {where}: {exc}") from exc
         for address in collector.insecure_exposure():
-            click.echo(
+            echo(
                 f"warning: {address} accepts connections from other hosts without a token "
                 "(set --token or AGENT_REPLAY_TOKEN)",
                 err=True,
@@ -171,11 +171,11 @@ def collect_command(
         # a port is only bound for a transport that was given an address
         if collector.http_port is not None:
             host = http_address.rsplit(":", 1)[0]
-            click.echo(f"listening otlp/http {scheme}://{host}:{collector.http_port}")
+            echo(f"listening otlp/http {scheme}://{host}:{collector.http_port}")
         if collector.grpc_port is not None:
             host = grpc_listen.rsplit(":", 1)[0]
-            click.echo(f"listening otlp/grpc {host}:{collector.grpc_port}")
-        click.echo(f"storing into {db} (pid {os.getpid()}); SIGTERM or Ctrl-C drains and stops")
+            echo(f"listening otlp/grpc {host}:{collector.grpc_port}")
+        echo(f"storing into {db} (pid {os.getpid()}); SIGTERM or Ctrl-C drains and stops")
         sys.stdout.flush()
         if threading.current_thread() is threading.main_thread():
             signals = []
@@ -196,8 +196,8 @@ def collect_command(
         try:
             collector.wait()
         finally:
-            click.echo("draining...", err=True)
+            echo("draining...", err=True)
             collector.stop(grace=grace_seconds)
         summary = collector.receiver.snapshot()
         summary["pending"] = store.pending_counts()
-        click.echo(json.dumps(summary, sort_keys=True))
+        echo(json.dumps(summary, sort_keys=True))

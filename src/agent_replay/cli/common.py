@@ -19,7 +19,7 @@ from ..canonical import plain_json
 from ..errors import AgentReplayError
 from ..model import Trajectory
 from ..replay.limits import RolloutLimits
-from ..report._data import clip
+from ..report._data import clip, visible
 from ..store import CheckpointStore
 
 
@@ -100,8 +100,15 @@ def load_optional(spec: str | None, what: str) -> Callable[..., Any] | None:
     return load_entrypoint(spec, what) if spec else None
 
 
+def echo(message: Any = None, **kwargs: Any) -> None:
+    """``click.echo`` of text that may hold recorded content (step and agent names, values,
+    ids): its control and bidirectional formatting characters are shown as escapes, not sent
+    to the terminal to act on (report/_data.visible)."""
+    click.echo(visible(message) if isinstance(message, str) else message, **kwargs)
+
+
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(plain_json(data), indent=2, sort_keys=True))
+    echo(json.dumps(plain_json(data), indent=2, sort_keys=True))
 
 
 def short(value: Any, width: int = 60) -> str:

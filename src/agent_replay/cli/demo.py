@@ -14,7 +14,7 @@ from ..demo.agent import DEMO_SEED, DEMO_TASK, refund_approved, support_agent
 from ..report.text import render_text
 from ..session import Session
 from .attribute import build_report, keep_report, write_reports
-from .common import output_dir, plural
+from .common import echo, output_dir, plural
 from .progress import RolloutProgress
 from .show import render_table
 
@@ -57,20 +57,20 @@ def demo_command(out_dir: Path) -> None:
         )
         finished = spans.get_finished_spans()
         names = collections.Counter(s.name.split(" ")[0] for s in finished)
-        click.echo(
+        echo(
             f"   {len(finished)} spans emitted: "
             + ", ".join(f"{n} x{c}" for n, c in sorted(names.items()))
         )
-        click.echo(f"   stored in {db} as session {traj.session_id!r}")
+        echo(f"   stored in {db} as session {traj.session_id!r}")
 
         click.secho("2. Verifying the hash chain", bold=True)
         (result,) = session.store.verify(traj.session_id)
         status = "ok" if result.ok else "BAD"
-        click.echo(f"   {status}: {plural(result.steps, 'step')}, head {traj.head_hash[:16]}…")
+        echo(f"   {status}: {plural(result.steps, 'step')}, head {traj.head_hash[:16]}…")
 
         click.secho("3. The recorded run", bold=True)
         stored = session.load(traj.session_id)
-        click.echo(render_table(stored))
+        echo(render_table(stored))
     provider.shutdown()
 
     click.secho(
@@ -86,11 +86,11 @@ def demo_command(out_dir: Path) -> None:
     json_path, html_path = write_reports(data, out_dir / "report")
     # where `agent-replay serve` looks for it
     keep_report(output_dir(reports_dir_for(db), "--out", private=True), data)
-    click.echo(f"   {progress.status()} (attribution {time.perf_counter() - started:.2f}s)")
-    click.echo("")
-    click.echo(render_text(data))
-    click.echo("")
-    click.echo(explanation.to_text())
-    click.echo("")
-    click.echo(f"wrote {html_path} and {json_path}")
-    click.echo(f"next: open {html_path}, or browse the store with `agent-replay serve --db {db}`")
+    echo(f"   {progress.status()} (attribution {time.perf_counter() - started:.2f}s)")
+    echo("")
+    echo(render_text(data))
+    echo("")
+    echo(explanation.to_text())
+    echo("")
+    echo(f"wrote {html_path} and {json_path}")
+    echo(f"next: open {html_path}, or browse the store with `agent-replay serve --db {db}`")

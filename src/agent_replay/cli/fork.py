@@ -11,6 +11,7 @@ from ..replay import RolloutLimits, diff, fork, resume
 from .common import (
     agent_option,
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -125,8 +126,8 @@ def fork_command(
             }
         )
     else:
-        click.echo(f"forked {session_id} at step {at_step} -> {child.session_id}{_ended(child)}")
-        click.echo(comparison.to_text())
+        echo(f"forked {session_id} at step {at_step} -> {child.session_id}{_ended(child)}")
+        echo(comparison.to_text())
 
 
 def _stopped(child: Trajectory) -> str | None:
@@ -213,7 +214,7 @@ def resume_command(
             }
         )
         return
-    click.echo(
+    echo(
         f"resumed {session_id} -> {resumed.session_id}: {plural(served, 'step')} "
         f"fast-forwarded, {len(resumed.steps) - served} new{_ended(resumed)}"
     )
@@ -231,4 +232,4 @@ def diff_command(db: Path, session_a: str, session_b: str, as_json: bool) -> Non
     if as_json:
         echo_json(comparison.to_dict())
     else:
-        click.echo(comparison.to_text())
+        echo(comparison.to_text())

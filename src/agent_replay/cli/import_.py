@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..ingest import FORMATS, SourceReport, import_into
-from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
+from .common import db_option, echo, echo_json, friendly_errors, json_option, open_store, plural
 
 _SKIP = (".", "_")
 #: what a directory walk picks up (files named on the command line are always read)
@@ -97,7 +97,7 @@ def import_command(
             result = import_into(store, files, fmt, on_source=advance, on_assembled=assembled)
         except KeyboardInterrupt:
             # every transaction is whole: what was committed stays, nothing is half-written
-            click.echo(
+            echo(
                 f"\ninterrupted after reading {bar.pos} of {len(files)} files; the sessions "
                 "already stored are kept (importing the same files again completes it)",
                 err=True,
@@ -141,7 +141,7 @@ def import_command(
         )
     else:
         by_format = ", ".join(f"{n} {f}" for f, n in sorted(formats.items()))
-        click.echo(
+        echo(
             f"Imported {plural(len(sessions), 'trajectory', 'trajectories')} "
             f"({plural(steps, 'step')}) from "
             f"{len(files) - len(failed)} of {len(files)} files into {db}"
@@ -149,7 +149,7 @@ def import_command(
         )
         if sessions:
             counts = Counter(status.values())
-            click.echo(
+            echo(
                 "  "
                 + ", ".join(
                     f"{counts[k]} {k}" for k in ("new", "updated", "unchanged") if counts[k]
@@ -160,15 +160,15 @@ def import_command(
                     else ""
                 )
             )
-            click.echo(
+            echo(
                 f"  {replayable} of {len(sessions)} fully replayable; see "
                 "`agent-replay show --json` for each capture report"
             )
         for source in failed:
-            click.echo(f"  FAILED {source.error}", err=True)
+            echo(f"  FAILED {source.error}", err=True)
         for warning in result.warnings[:MAX_LISTED]:
-            click.echo(f"  warning: {warning}", err=True)
+            echo(f"  warning: {warning}", err=True)
         if len(result.warnings) > MAX_LISTED:
-            click.echo(f"  ... and {len(result.warnings) - MAX_LISTED} more warnings", err=True)
+            echo(f"  ... and {len(result.warnings) - MAX_LISTED} more warnings", err=True)
     if failed or (strict and (skipped or result.warnings)):
         sys.exit(1)

@@ -10,6 +10,7 @@ import click
 from .common import (
     Duration,
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -61,19 +62,19 @@ def prune_command(
         return
     verb = "would delete" if dry_run else "deleted"
     listed = f": {', '.join(result.sessions)}" if result.sessions else ""
-    click.echo(f"{verb} {plural(len(result.sessions), 'session')}{listed}")
-    click.echo(
+    echo(f"{verb} {plural(len(result.sessions), 'session')}{listed}")
+    echo(
         f"{'would remove' if dry_run else 'removed'} {plural(result.steps, 'step row')} and "
         f"{plural(result.blobs, 'blob')} ({_size(result.blob_bytes)} of content) that no "
         "remaining session uses"
     )
     if result.pending:
-        click.echo(
+        echo(
             f"{'would remove' if dry_run else 'removed'} "
             f"{plural(result.pending, 'span or log record')} the receiver kept of their traces"
         )
     if sizes is not None:
-        click.echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
+        echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
 
 
 def _size(n: float) -> str:

@@ -9,6 +9,7 @@ import click
 from ..session import Session
 from .common import (
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -59,4 +60,4 @@ def record_command(
     if as_json:
         echo_json(trajectory_json(traj))
     else:
-        click.echo(render_table(traj))
+        echo(render_table(traj))

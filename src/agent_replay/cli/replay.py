@@ -11,6 +11,7 @@ from ..replay import ReplayPlan, replay
 from .common import (
     agent_option,
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -71,16 +72,14 @@ def replay_command(
             {**result.to_record(), "reproduced": reproduced, "served_steps": result.served_steps}
         )
     else:
-        click.echo(
-            f"replayed {session_id}: {result.served_steps} steps served, {result.live_steps} live"
-        )
+        echo(f"replayed {session_id}: {result.served_steps} steps served, {result.live_steps} live")
         if result.diverged:
             d = result.divergence
-            click.echo(
+            echo(
                 f"DIVERGED at step {d.position}: {d.reason}\n  live: {d.live}\n"
                 f"  recorded: {d.recorded}"
             )
-        click.echo(
+        echo(
             f"outcome: {outcome_word(result.outcome.failed)}"
             + (
                 ""
@@ -91,6 +90,6 @@ def replay_command(
             )
         )
         if result.exception:
-            click.echo(f"agent raised {result.exception['type']}: {result.exception['message']}")
+            echo(f"agent raised {result.exception['type']}: {result.exception['message']}")
     if strict and result.diverged:
         sys.exit(1)

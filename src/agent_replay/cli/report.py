@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import friendly_errors, open_store, output_path, write_text
+from .common import echo, friendly_errors, open_store, output_path, write_text
 
 
 @click.command("report")
@@ -56,16 +56,16 @@ def report_command(
         with friendly_errors(), open_store(db, read_only=True) as store:
             data["trajectory"] = trajectory_section(store.load(data["session_id"]))
     elif "trajectory" not in data:
-        click.echo(
+        echo(
             "note: this report does not hold the run's steps (a bare AttributionResult."
             "to_json()); pass --db with the store to show their content",
             err=True,
         )
     if out_path is not None and str(out_path) == "-":  # the page on stdout, for a pipe
-        click.echo(render_html(data), nl=False)
+        echo(render_html(data), nl=False)
         return
     out_path = output_path(out_path or json_path.with_suffix(".html"), "--out")
     write_text(out_path, render_html(data))
     if show_text:
-        click.echo(render_text(data))
-    click.echo(f"wrote {out_path}")
+        echo(render_text(data))
+    echo(f"wrote {out_path}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, friendly_errors, open_store
+from .common import db_option, echo, friendly_errors, open_store
 
 
 @click.command("serve")
@@ -36,7 +36,7 @@ def serve_command(db: Path, host: str, port: int, reports_dir: Path | None) -> N
 
     open_store(db, read_only=True).close()  # a clear error for a missing or foreign file
     if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(f"warning: serving on {host} without authentication", err=True)
+        echo(f"warning: serving on {host} without authentication", err=True)
     with friendly_errors(), Console(db, reports_dir=reports_dir) as console:
         try:
             server = make_server(console, host, port)
@@ -45,10 +45,10 @@ def serve_command(db: Path, host: str, port: int, reports_dir: Path | None) -> N
                 f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port"
             ) from exc
         address = server.server_address
-        click.echo(f"agent-replay console on http://{address[0]}:{address[1]}/  (Ctrl-C to stop)")
+        echo(f"agent-replay console on http://{address[0]}:{address[1]}/  (Ctrl-C to stop)")
         try:
             server.serve_forever()
         except KeyboardInterrupt:
-            click.echo("stopped")
+            echo("stopped")
         finally:
             server.server_close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, echo_json, friendly_errors, json_option, open_store
+from .common import db_option, echo, echo_json, friendly_errors, json_option, open_store
 
 
 @click.command("sessions")
@@ -22,18 +22,18 @@ def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
         return
     if not rows:
         where = f"whose id contains {search!r} " if search else ""
-        click.echo(f"no sessions {where}in {db}")
+        echo(f"no sessions {where}in {db}")
         return
     width = max(len("session"), *(len(r.session_id) for r in rows))
     source_width = max(len("source"), *(len(r.source) for r in rows))
-    click.echo(
+    echo(
         f"{'session':<{width}}  {'steps':>5}  {'outcome':<8} {'score':>5}  "
         f"{'source':<{source_width}} parent"
     )
     for r in rows:
         score = "-" if r.score is None else f"{r.score:.2f}"
         parent = f"{r.parent_session}@{r.fork_step}" if r.parent_session else ""
-        click.echo(
+        echo(
             f"{r.session_id:<{width}}  {r.steps:>5}  {r.outcome:<8} {score:>5}  "
             f"{r.source:<{source_width}} {parent}"
         )

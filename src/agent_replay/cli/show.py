@@ -11,6 +11,7 @@ from ..model import Trajectory
 from ..report._data import clip
 from .common import (
     db_option,
+    echo,
     echo_json,
     friendly_errors,
     json_option,
@@ -105,4 +106,4 @@ def show_command(db: Path, session_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(trajectory_json(traj))
     else:
-        click.echo(render_table(traj))
+        echo(render_table(traj))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, echo_json, friendly_errors, json_option, open_store, plural
+from .common import db_option, echo, echo_json, friendly_errors, json_option, open_store, plural
 
 
 @click.command("verify")
@@ -26,12 +26,12 @@ def verify_command(db: Path, session_id: str | None, as_json: bool) -> None:
     else:
         for r in results:
             if r.ok:
-                click.echo(f"ok    {r.session_id}  ({plural(r.steps, 'step')})")
+                echo(f"ok    {r.session_id}  ({plural(r.steps, 'step')})")
             else:
-                click.echo(
+                echo(
                     f"BAD   {r.session_id}  first bad step: "
                     f"{'header' if r.step_index is None else r.step_index}  {r.problem}"
                 )
-        click.echo(f"{len(results) - len(bad)} of {len(results)} sessions verified")
+        echo(f"{len(results) - len(bad)} of {len(results)} sessions verified")
     if bad:
         sys.exit(1)

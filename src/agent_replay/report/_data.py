@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..canonical import plain_json
 from ..model import Trajectory
 
-__all__ = ["as_report", "clip", "finite", "plain_json", "trajectory_section"]
+__all__ = ["as_report", "clip", "finite", "plain_json", "trajectory_section", "visible"]
 
 
 def trajectory_section(trajectory: Trajectory) -> dict[str, Any]:
@@ -124,6 +125,20 @@ def _message_text(value: Any) -> str | None:
             elif part.get("type") == "tool_call_response":
                 out.append(f"tool: {part.get('response')}")
     return " | ".join(out) if out else None
+
+
+# Characters recorded content may hold that would act on whoever shows it instead of being
+# shown: C0 and C1 controls (a terminal's escape sequences: colours, cursor moves, window
+# titles, "swallow everything until BEL") and the bidirectional formatting characters (an
+# unclosed right-to-left override reverses the text after it, the report's own numbers
+# included). Tab and line feed are kept.
+_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and bidirectional formatting character written as its
+    escape (``\\u001b``, ``\\u202e``): shown, never obeyed, by a terminal or a browser."""
+    return _ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def clip(value: Any, width: int = 60) -> str:

@@ -31,6 +31,7 @@ from ._data import (
     fmt_spend,
     preview,
     step_content,
+    visible,
 )
 from .explain import Explanation, explain, unmeasured
 
@@ -41,7 +42,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action
 
 def h(value: Any) -> str:
     """Escape anything for HTML text and attribute values."""
-    return html.escape(value if isinstance(value, str) else str(value), quote=True)
+    return html.escape(visible(value if isinstance(value, str) else str(value)), quote=True)
 
 
 def embed_json(data: Any) -> str:
