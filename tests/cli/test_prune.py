@@ -76,3 +76,32 @@ def test_a_duration_longer_than_the_epoch_deletes_nothing(demo_db):
     assert result.exit_code == 0 and result.output.startswith("deleted 0 sessions")
     huge = run("prune", "--db", demo_db, "--older-than", "9" * 400)
     assert huge.exit_code == 2 and "too long a duration" in huge.output
+
+
+def test_the_reports_of_pruned_sessions_go_with_them(demo_db):
+    """A report holds the run's content; pruning a session (even with --vacuum) left its
+    reports in DB.reports/, and the console kept serving them."""
+    agent = "agent_replay.demo.agent:support_agent"
+    verifier = "agent_replay.demo.agent:refund_approved"
+    for _ in range(2):
+        run(
+            "attribute",
+            "--db",
+            demo_db,
+            "--session",
+            "s1",
+            "--agent",
+            agent,
+            "--verifier",
+            verifier,
+        )
+    folder = demo_db.with_name(demo_db.name + ".reports")
+    (folder / "other.json").write_text(json.dumps({"session_id": "ok", "verdict": "undecided"}))
+    (folder / "notes.json").write_text("[1, 2]")
+    assert len(list(folder.glob("s1-*.json"))) == 2
+    dry = run("prune", "--db", demo_db, "--session", "s1", "--dry-run")
+    assert "would remove 2 reports on them" in dry.output
+    assert len(list(folder.glob("*.json"))) == 4
+    done = run("prune", "--db", demo_db, "--session", "s1", "--json")
+    assert len(json.loads(done.output)["reports"]) == 2
+    assert sorted(p.name for p in folder.glob("*.json")) == ["notes.json", "other.json"]

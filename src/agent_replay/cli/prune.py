@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import click
 
+from ..console.app import reports_dir_for
 from .common import (
     Duration,
     db_option,
@@ -29,6 +31,13 @@ from .common import (
     help="Delete the sessions not saved for this long (30d, 12h, 45m, 90s; a bare number is "
     "seconds; a conversation counts from its latest turn).",
 )
+@click.option(
+    "--reports-dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where `attribute` kept its reports; those of deleted sessions go too [default: "
+    "DB.reports/].",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; change nothing.")
 @click.option("--vacuum", is_flag=True, help="Then shrink the file (needs room for a copy).")
 @json_option
@@ -36,6 +45,7 @@ def prune_command(
     db: Path,
     session_ids: tuple[str, ...],
     older_than: float | None,
+    reports_dir: Path | None,
     dry_run: bool,
     vacuum: bool,
     as_json: bool,
@@ -54,8 +64,20 @@ def prune_command(
             raise click.ClickException(f"no session {unknown[0]!r} in {db}; nothing deleted")
         result = store.prune(session_ids, saved_before_ns=cutoff, dry_run=dry_run)
         sizes = store.vacuum() if vacuum and not dry_run else None
+    reports = _reports_of(reports_dir or reports_dir_for(db), set(result.sessions))
+    if not dry_run:
+        for path in reports:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise click.ClickException(
+                    f"deleted the sessions but not their report {path}: {exc.strerror or exc}"
+                ) from None
     if as_json:
         data = result.to_dict()
+        data["reports"] = [str(path) for path in reports]
         if sizes is not None:
             data["file_bytes"] = {"before": sizes[0], "after": sizes[1]}
         echo_json(data)
@@ -73,8 +95,29 @@ def prune_command(
             f"{'would remove' if dry_run else 'removed'} "
             f"{plural(result.pending, 'span or log record')} the receiver kept of their traces"
         )
+    if reports:
+        echo(
+            f"{'would remove' if dry_run else 'removed'} {plural(len(reports), 'report')} "
+            f"on them from {reports[0].parent}"
+        )
     if sizes is not None:
         echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
+
+
+def _reports_of(folder: Path, sessions: set[str]) -> list[Path]:
+    """The attribution reports in ``folder`` on any of ``sessions``: a report holds the run's
+    content, so what prunes a session prunes them too."""
+    if not sessions or not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not a report (or not readable): not ours to delete
+        if isinstance(data, dict) and data.get("session_id") in sessions:
+            found.append(path)
+    return found
 
 
 def _size(n: float) -> str:
