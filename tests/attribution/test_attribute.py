@@ -859,3 +859,25 @@ def test_an_agent_no_step_of_which_can_be_redrawn_is_no_shapley_player():
     result = attribute(traj, agent, ok, method="both", agents=True, shapley_rollouts=8)
     assert result.agent_shapley.players == ("planner", "writer")
     assert result.steps[1].observation_only
+
+
+def test_a_separated_verdict_quotes_the_bound_it_rests_on():
+    """A one-step run was called ``separated`` ("larger than that of every other part of the
+    run it was compared with") beside a two-sided interval reaching below 0, with no other
+    part compared. The explanation now quotes the one-sided bound the verdict rests on and
+    says when nothing else was compared."""
+
+    def agent(ctx):
+        return ctx.llm("choose", produce=lambda: "bad" if ctx.rng.random() < 0.8 else "good")
+
+    def verifier(result):
+        return 1.0 if result == "good" else 0.0
+
+    traj = record(agent, seed=1, verifier=verifier)
+    result = attribute(traj, agent, verifier)
+    assert result.verdict == "separated"
+    fdr = result.fdr
+    assert fdr["compared_parts"] == 0 and fdr["separation_lower"] > 0
+    where = " ".join(result.explain(traj).where.split())
+    assert f"at least {fdr['separation_lower']:+.2f} (one-sided" in where
+    assert "no other part of the run was left to compare it with" in where

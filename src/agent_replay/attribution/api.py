@@ -436,6 +436,7 @@ def attribute(
             "q": round(1 - confidence, 6),
             "looks": search.looks if search else 1,
             "separation_confidence": search.separation_confidence if search else confidence,
+            **_separation_bound(search),
             "e_values": "mixture likelihood ratio of discordant CRN pairs (anytime-valid)",
             "p_values": "one-sided exact McNemar on CRN pairs, Bonferroni over looks",
         },
@@ -609,3 +610,15 @@ def _shapley_culprit(shapley: ShapleyResult) -> int | None:
     if shapley.intervals[best].low <= 0:
         return None
     return int(shapley.players[best].split(":", 1)[0])
+
+
+def _separation_bound(search: Any) -> dict[str, Any]:
+    """The candidate's one-sided lower bound from the separation check (what a ``separated``
+    verdict rests on) and how many other parts of the run it was compared with."""
+    if search is None or not search.separation or search.candidate is None:
+        return {}
+    where = (search.candidate.start, search.candidate.end)
+    low = next((lo for seg, lo, _ in search.separation if (seg.start, seg.end) == where), None)
+    if low is None:
+        return {}
+    return {"separation_lower": low, "compared_parts": len(search.separation) - 1}

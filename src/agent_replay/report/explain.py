@@ -211,13 +211,22 @@ def _strength(data: Mapping[str, Any]) -> str:
     fdr = data.get("fdr") or {}
     if verdict == "separated":
         level, nominal = fdr.get("separation_confidence"), data.get("confidence")
+        low, parts = fdr.get("separation_lower"), fdr.get("compared_parts")
+        # the verdict rests on one-sided bounds, tighter than the two-sided interval shown
+        least = (
+            f"its effect is at least {fmt_effect(low)} (one-sided bound at {level:.1%})"
+            if finite(low) and finite(level)
+            else "its effect is positive"
+        )
+        if parts == 0:
+            return f"separated: {least}, and no other part of the run was left to compare it with"
         at = (
             f", jointly at {nominal:.0%} confidence (each bound at {level:.1%})"
             if finite(level) and finite(nominal)
             else ""
         )
         return (
-            "separated: its effect is larger than that of every other part of the run it was "
+            f"separated: {least} and larger than that of every other part of the run it was "
             f"compared with{at} (neighbouring steps of small effect are compared by their "
             "total)"
         )
