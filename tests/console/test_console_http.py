@@ -229,3 +229,25 @@ def test_a_page_asked_for_under_another_host_name_is_refused(console_url):
                 assert response.status == status == 200
         except urllib.error.HTTPError as error:
             assert error.code == status == 421
+
+
+def test_a_report_cut_short_is_listed_as_unreadable_not_hidden(tmp_path):
+    """A truncated report was left out of /reports and /report answered 404 "No report
+    named ..." although the file was there."""
+    from agent_replay import CheckpointStore, record
+    from agent_replay.console.app import Console
+
+    db = tmp_path / "d.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(record(lambda ctx: ctx.llm("s", produce=lambda: 1), session_id="A"))
+    folder = tmp_path / "d.sqlite.reports"
+    folder.mkdir()
+    (folder / "cut.json").write_text('{"session_id": "A", "verdict": "separ')
+    (folder / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    with Console(db) as console:
+        listing = console.handle("GET", "/reports").body.decode()
+        page = console.handle("GET", "/report?file=cut.json")
+        missing = console.handle("GET", "/report?file=binary.json")
+    assert "unreadable: not JSON" in listing and "binary" not in listing
+    assert page.status == 422 and "not JSON" in page.body.decode()
+    assert missing.status == 404

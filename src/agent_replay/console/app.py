@@ -657,8 +657,13 @@ def _read_report(path: Path, mtime: float) -> dict[str, Any] | None:
     (``None`` for a file that is not a report at all)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        # a report cut short (a full disk, a copy interrupted) is listed as unreadable, not
+        # hidden; a file that is not even text is not a report
+        if isinstance(exc, UnicodeDecodeError) or not isinstance(exc, ValueError):
+            return None
+        unknown = {"session_id": path.stem, "verdict": "-"}
+        return {"file": path.name, "mtime": mtime, "data": unknown, "error": f"not JSON: {exc}"}
     if not isinstance(data, dict) or "session_id" not in data or "verdict" not in data:
         return None
     try:
