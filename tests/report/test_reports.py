@@ -422,3 +422,41 @@ def test_html_shows_control_and_bidi_characters_instead_of_obeying_them():
     body = page.split('<script type="application/json"')[0]
     assert "\u202e" not in body and "\x1b" not in body
     assert "please \\u202eobviously fine\\u001b[0m" in body
+
+
+def test_previews_show_what_a_recorded_sdk_reply_says():
+    """A step recorded through the SDK interception holds the SDK's object in an envelope;
+    the explanation and the repair showed two identical cut-off envelopes
+    (``{"__agent_replay__": "pydantic", "type": "openai.types.chat…``), so a user could not
+    see the fix."""
+    from agent_replay.report._data import preview
+
+    def envelope(kind, data):
+        return {"__agent_replay__": "pydantic", "type": kind, "data": data}
+
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "w", "arguments": '{"city": "Lyon"}'},
+    }
+    completion = envelope(
+        "openai.types.chat.chat_completion.ChatCompletion",
+        {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]},
+    )
+    assert preview(completion, 80) == 'assistant: w({"city": "Lyon"})'
+    message = envelope(
+        "anthropic.types.message.Message",
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "checking"},
+                {"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Paris"}},
+            ],
+        },
+    )
+    assert preview(message, 80) == 'assistant: checking | assistant: w({"city": "Paris"})'
+    kwargs = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "model": "m"}
+    assert preview(kwargs, 80) == "user: Weather in Paris?"
+    other = envelope("openai.types.CreateEmbeddingResponse", {"data": [{"embedding": [0.1]}]})
+    assert preview(other, 80).startswith('{"data": [{"embedding"')

@@ -107,24 +107,59 @@ def fmt_spend(cost: Mapping[str, Any]) -> str:
 
 
 def _message_text(value: Any) -> str | None:
-    """``role: text`` for OTel GenAI message lists (the common LLM step shape), else None."""
+    """``role: text`` for a message list (OTel GenAI ``parts``, or the providers' own
+    ``content``: the common LLM step shape), else None."""
     if not (isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value)):
         return None
-    if not all("parts" in m for m in value):
+    if not all("parts" in m or "content" in m or "tool_calls" in m for m in value):
         return None
     out = []
     for message in value:
-        for part in message.get("parts") or ():
+        role = message.get("role", "?")
+        for part in _parts(message):
             if not isinstance(part, Mapping):
                 continue
-            if part.get("type") == "tool_call":
-                args = json.dumps(part.get("arguments"), ensure_ascii=False, default=repr)
-                out.append(f"{message.get('role', '?')}: {part.get('name')}({args})")
+            kind = part.get("type")
+            if kind in ("tool_call", "tool_use", "function"):
+                call = part.get("function") if isinstance(part.get("function"), Mapping) else part
+                args = call.get("arguments", call.get("input"))
+                if not isinstance(args, str):
+                    args = json.dumps(args, ensure_ascii=False, default=repr)
+                out.append(f"{role}: {call.get('name')}({args})")
             elif isinstance(part.get("content"), str):
-                out.append(f"{message.get('role', '?')}: {part['content']}")
-            elif part.get("type") == "tool_call_response":
+                out.append(f"{role}: {part['content']}")
+            elif isinstance(part.get("text"), str):
+                out.append(f"{role}: {part['text']}")
+            elif kind == "tool_call_response":
                 out.append(f"tool: {part.get('response')}")
     return " | ".join(out) if out else None
+
+
+def _parts(message: Mapping[str, Any]) -> list[Any]:
+    """A message's parts in one shape: OTel ``parts``; a provider's ``content`` (text, or a
+    list of blocks) and OpenAI's ``tool_calls``."""
+    if "parts" in message:
+        return list(message.get("parts") or ())
+    content = message.get("content")
+    parts: list[Any] = [{"content": content}] if isinstance(content, str) else list(content or ())
+    return parts + list(message.get("tool_calls") or ())
+
+
+def _unwrapped(value: Any) -> Any:
+    """A recorded SDK object (an envelope of the instrument path: ``{"__agent_replay__":
+    "pydantic", "type", "data"}``) as what a reader looks for: the reply's messages for a
+    chat completion or a message, else its data."""
+    while isinstance(value, Mapping) and value.get("__agent_replay__") and "data" in value:
+        value = value["data"]
+    if isinstance(value, Mapping):
+        choices = value.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            messages = [c.get("message") for c in choices if isinstance(c, Mapping)]
+            if all(isinstance(m, Mapping) for m in messages):
+                return messages  # OpenAI chat completion
+        if value.get("type") == "message" and isinstance(value.get("content"), list):
+            return [value]  # Anthropic message
+    return value
 
 
 # Characters recorded content may hold that would act on whoever shows it instead of being
@@ -152,6 +187,7 @@ def preview(value: Any, width: int = 60) -> str:
     """One-line preview of recorded content (chat messages shown as ``role: text``)."""
     if value is None:
         return "-"
+    value = _unwrapped(value)
     messages = _message_text(value)
     if messages is None and isinstance(value, Mapping):
         messages = _message_text(value.get("messages"))
