@@ -460,3 +460,35 @@ def test_previews_show_what_a_recorded_sdk_reply_says():
     assert preview(kwargs, 80) == "user: Weather in Paris?"
     other = envelope("openai.types.CreateEmbeddingResponse", {"data": [{"embedding": [0.1]}]})
     assert preview(other, 80).startswith('{"data": [{"embedding"')
+
+
+def test_long_quiet_stretches_are_cut_to_their_ends_in_text():
+    """A 300-step run printed 631 lines: every step in the table and again in the causal
+    trace. A segment the search did not split, and a run of steps of one quiet role, show
+    their ends and how many steps are between; JSON and HTML keep every step."""
+    from agent_replay import attribute, record
+
+    def agent(ctx):
+        bad = False
+        for i in range(40):
+            if i == 20:
+                bad = ctx.llm("decide", produce=lambda: ctx.rng.random() < 0.8) is True
+            else:
+                ctx.tool(f"t{i}", produce=lambda: ctx.rng.random() < 0.5, i=i)
+        return {"bad": bad}
+
+    def verifier(result):
+        return 0.0 if result["bad"] else 1.0
+
+    traj = record(agent, seed=2, verifier=verifier)
+    assert traj.outcome.failed
+    result = attribute(traj, agent, verifier)
+    assert result.culprit_index == 20
+    text = render_text(result)
+    assert "… 17 more steps (2-18) of the segment 0-19 …" in text
+    assert len(text.splitlines()) < 25 and "\n  20  llm:decide" not in text
+    assert ">20  llm:decide" in text
+    trace = result.explain(traj).to_text()
+    assert re.search(r"… \d+ more (neutral|locked-in) steps \(\d+-\d+\) …", trace)
+    assert len(trace.splitlines()) < 25
+    assert len(result.explain(traj).trace) == 40 and len(result.to_dict()["steps"]) == 40

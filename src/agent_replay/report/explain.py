@@ -112,14 +112,51 @@ class Explanation:
         lines += para("Fix", self.fix)
         if self.trace:
             lines.append("Causal trace (first action → point of no return):")
-            for t in self.trace:
-                if t.index == self.point_of_no_return:
-                    lines.append(f"  ---- point of no return: from step {t.index} on ----")
-                body = f"{t.label} ({t.agent or '-'}) · {t.role}: {t.note}"
-                lines.append(f"  {t.index:>3} " + textwrap.shorten(body, width, placeholder="…"))
+            for run in _runs(self.trace, self.point_of_no_return):
+                if run[0].index == self.point_of_no_return:
+                    lines.append(f"  ---- point of no return: from step {run[0].index} on ----")
+                # a long run of steps of one quiet role is cut to its ends in text (a
+                # 300-step run listed every step twice); the JSON and HTML keep them all
+                shown = run if len(run) <= QUIET_RUN else [*run[:2], None, run[-1]]
+                for t in shown:
+                    if t is None:
+                        hidden = run[2:-1]
+                        lines.append(
+                            f"      … {len(hidden)} more {run[0].role} steps "
+                            f"({hidden[0].index}-{hidden[-1].index}) …"
+                        )
+                        continue
+                    body = f"{t.label} ({t.agent or '-'}) · {t.role}: {t.note}"
+                    text = textwrap.shorten(body, width, placeholder="…")
+                    lines.append(f"  {t.index:>3} " + text)
         for caveat in self.caveats:
             lines += textwrap.wrap(caveat, width, initial_indent="  ! ", subsequent_indent="    ")
         return "\n".join(lines)
+
+
+#: in text, a run of more than this many consecutive steps of one quiet role (neutral,
+#: locked-in, observation-only) is shown by its first two steps and its last
+QUIET_RUN = 6
+_QUIET = frozenset({"neutral", "locked-in", "observation-only"})
+
+
+def _runs(trace: Sequence[TraceEntry], pnr: int | None) -> list[list[TraceEntry]]:
+    """``trace`` cut into runs of consecutive quiet steps of one role (each other step on its
+    own), a new run starting at the point of no return."""
+    runs: list[list[TraceEntry]] = []
+    for t in trace:
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and t.role in _QUIET
+            and t.role == last.role
+            and t.index == last.index + 1
+            and t.index != pnr
+        ):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
 
 
 def point_of_no_return(

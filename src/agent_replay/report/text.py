@@ -19,7 +19,7 @@ from ._data import (
     preview,
     step_content,
 )
-from .explain import unmeasured
+from .explain import QUIET_RUN, unmeasured
 
 __all__ = ["effect_bar", "render_text"]
 
@@ -85,8 +85,9 @@ def render_text(
     elif culprit is not None:
         lines.append("REPAIR   none (run with --repair to search one)")
     lines.append("")
+    digits = max(2, len(str(len(steps) - 1)))
     lines.append(
-        f"{'#':>3}  {'step':<26} {'agent':<12} {'effect':>6}  "
+        f"{'#':>{digits + 1}}  {'step':<26} {'agent':<12} {'effect':>6}  "
         f"{'-':<{BAR_HALF}}0{'+':>{BAR_HALF}}  detail"
     )
     # a segment's total goes on its first scored row (an observation-only row shows "held")
@@ -97,6 +98,15 @@ def render_text(
     for s in steps:
         lo, hi = s["segment"]
         first = first_scored.get((lo, hi))
+        # the middle of a long segment the search did not split: one line says how many
+        # steps it holds (a 300-step run printed a line for each)
+        if hi - lo > QUIET_RUN and lo + 2 <= s["index"] < hi - 1 and s["index"] != culprit:
+            if s["index"] == lo + 2:
+                lines.append(
+                    f"{'':>{digits + 3}}… {hi - lo - 3} more steps ({lo + 2}-{hi - 2}) of the "
+                    f"segment {lo}-{hi - 1} …"
+                )
+            continue
         mark = ">" if s["index"] == culprit else ("*" if s.get("decisive") else " ")
         measured = s.get("interval") if hi - lo == 1 else s.get("segment_interval")
         if s.get("observation_only"):
@@ -120,8 +130,9 @@ def render_text(
         content = step_content(data, s["index"])
         action = content.get("action") if content else s.get("action")
         label = f"{s['kind']}:{s['name']}"[:26]
+        agent = (s.get("agent") or "-")[:12]
         lines.append(
-            f"{mark}{s['index']:>2}  {label:<26} {(s.get('agent') or '-')[:12]:<12} {eff:>6}  "
+            f"{mark}{s['index']:>{digits}}  {label:<26} {agent:<12} {eff:>6}  "
             f"{bar}  {detail}  {preview(action, width) if s['index'] == culprit else ''}".rstrip()
         )
     lines.append("")
