@@ -77,9 +77,13 @@ def assert_agent_passes(
     *,
     attribute_rollouts: int = 200,
     repair: bool = True,
+    pass_context: bool = True,
 ) -> GateResult:
     """Run ``agent`` ``rollouts`` times and fail unless its failure rate is provably at most
     ``p_fail_max`` (one-sided upper bound at ``confidence``).
+
+    ``pass_context=False`` for an agent written without ``ctx`` (an SDK agent recorded by
+    interception, as :func:`~agent_replay.instrument.record_agent` records it).
 
     ``rollouts=None`` uses :func:`minimum_rollouts` (59 for the defaults); fewer runs than that
     could never pass, so asking for fewer raises ``ValueError``.
@@ -101,7 +105,9 @@ def assert_agent_passes(
     failing: list[int] = []
     first_failure = None
     for run_seed in range(seed, seed + rollouts):
-        trajectory = record(agent, task, seed=run_seed, verifier=verifier)
+        trajectory = record(
+            agent, task, seed=run_seed, verifier=verifier, pass_context=pass_context
+        )
         if trajectory.failed:
             failing.append(run_seed)
             if first_failure is None:
@@ -137,7 +143,12 @@ def assert_agent_passes(
     if first_failure is not None:
         try:
             attribution = attribute(
-                first_failure, agent, verifier, rollouts=attribute_rollouts, repair=repair
+                first_failure,
+                agent,
+                verifier,
+                rollouts=attribute_rollouts,
+                repair=repair,
+                pass_context=pass_context,
             )
             explanation = attribution.explain(first_failure)
             lines.append(f"attribution of the failing run with seed {failing[0]}:")

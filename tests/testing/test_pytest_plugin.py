@@ -113,3 +113,27 @@ def test_a_rate_within_budget_without_the_runs_to_show_it_says_to_run_more():
 def test_a_confidence_outside_the_open_interval_is_a_value_error(confidence):
     with pytest.raises(ValueError, match="confidence must be in"):
         assert_agent_passes(lambda ctx: None, None, lambda r: 1.0, confidence=confidence)
+
+
+def test_the_gate_takes_an_agent_written_without_ctx():
+    """An SDK agent recorded by interception has no ``ctx``; the gate could only run it
+    through a ``lambda ctx, **task: agent(**task)`` wrapper."""
+    import random
+
+    from agent_replay import instrument
+
+    @instrument.tool
+    def pick_source(q):
+        return "almanac" if random.random() < 0.7 else "rumour"
+
+    def agent(question):
+        return {"answer": "42" if pick_source(question) == "almanac" else "41"}
+
+    def correct(result):
+        return 1.0 if result["answer"] == "42" else 0.0
+
+    with pytest.raises(AgentGateFailure) as failed:
+        assert_agent_passes(agent, {"question": "q"}, correct, pass_context=False)
+    result = failed.value.result
+    assert result.failures > 0 and result.attribution is not None
+    assert result.attribution.to_dict()["culprit_label"].endswith("pick_source")
