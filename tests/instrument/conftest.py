@@ -157,7 +157,24 @@ def _chat_chunks(answer: dict[str, Any], model: str, n: int) -> list[dict[str, A
         {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
         for piece in pieces
     ]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    finish = "stop"
+    if "tool_call" in answer:  # as the API streams one: id, type and name first, then arguments
+        name, arguments = answer["tool_call"]
+        text_args = json.dumps(arguments)
+        half = len(text_args) // 2
+        calls = [
+            {"index": 0, "id": f"call_{n}", "type": "function", "function": {"name": name}},
+            *(
+                {"index": 0, "function": {"arguments": p}}
+                for p in (text_args[:half], text_args[half:])
+            ),
+        ]
+        chunks += [
+            {**base, "choices": [{"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": None}]}
+            for c in calls
+        ]
+        finish = "tool_calls"
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     return chunks
 
 

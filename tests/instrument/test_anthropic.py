@@ -107,3 +107,35 @@ def test_streams_sync_async_and_the_stream_helper(make_api):
         redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(2))
     assert api.count == 4
     assert redrawn.result[2] == "streamed reply number 4"
+
+
+def test_blocks_passed_back_after_a_held_step_are_sent_as_recorded(make_api):
+    # a held Message had every field set, so the content blocks passed back went out with
+    # citations/caller/... = null in the re-drawn request's body
+    api = make_api(
+        lambda body, n: (
+            {"text": "checking", "tool_call": ("get_weather", {"city": "Paris"})}
+            if n == 1
+            else f"rainy ({n})"
+        )
+    )
+    client = api.anthropic()
+
+    def agent():
+        messages = [{"role": "user", "content": "weather?"}]
+        first = client.messages.create(model="c", max_tokens=50, messages=messages)
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "rain"}],
+            },
+        ]
+        return client.messages.create(model="c", max_tokens=50, messages=messages).content[0].text
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1))
+    assert redrawn.result == "rainy (3)"
+    assert api.count == 3
+    assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]

@@ -322,3 +322,69 @@ def test_a_recorded_api_error_is_served_again_without_a_request(make_api):
         result = replay_agent(agent, traj)
     assert api.count == 1
     assert result.result == "BadRequestError recorded=True"
+
+
+def test_the_stream_helper_accumulates_a_replayed_tool_call(make_api):
+    # the helper merges each chunk's to_dict() into its snapshot: a stored chunk whose unset
+    # fields came back as explicit nulls wiped the tool call's type ("assert ... 'function'")
+    api = make_api(lambda body, n: {"tool_call": ("get_weather", {"city": "Paris"})})
+    client, aclient = api.openai(), api.async_openai()
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+
+    def calls(final):
+        return [
+            (t.type, t.function.name, t.function.arguments)
+            for t in final.choices[0].message.tool_calls
+        ]
+
+    def agent():
+        with client.chat.completions.stream(**ask) as stream:
+            final = stream.get_final_completion()
+
+        async def async_part():
+            async with aclient.chat.completions.stream(**ask) as astream:
+                return await astream.get_final_completion()
+
+        return [calls(final), calls(asyncio.run(async_part()))]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.failed is None
+        result = replay_agent(agent, traj)
+    assert api.count == 2
+    assert result.exception is None
+    assert result.result == traj.outcome.result
+    assert result.result[0] == [("function", "get_weather", '{"city": "Paris"}')]
+
+
+def test_held_responses_have_the_fields_the_server_sent_and_no_others(make_api):
+    # an agent that keeps message.to_dict() in its history: the held object used to have every
+    # field set, so its to_dict() carried refusal/audio/... = None, the next request differed
+    # from the recording, and a factual replay diverged and went live
+    api = make_api()
+    client = api.openai()
+    dumps = []
+
+    def agent():
+        messages = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages)
+        message = first.choices[0].message
+        dumps.append(
+            (message.to_dict(), message.model_fields_set, first.model_dump(exclude_unset=True))
+        )
+        messages += [message.to_dict(), {"role": "user", "content": "and?"}]
+        return (
+            client.chat.completions.create(model="m", messages=messages).choices[0].message.content
+        )
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        held = replay_agent(agent, traj)
+        assert api.count == 2
+        assert not held.diverged and held.result == traj.outcome.result == "answer 2"
+        assert dumps[1] == dumps[0]
+        assert dumps[0][0] == {"content": "answer 1", "role": "assistant"}
+        # re-drawn after a held step: the request sends the message as it was recorded
+        replay_agent(agent, traj, ReplayPlan.ablate_from(1))
+    assert api.count == 3
+    assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]

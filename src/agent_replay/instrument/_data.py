@@ -2,10 +2,10 @@
 
 Plain data (what :mod:`agent_replay.canonical` encodes) is stored as is. A pydantic model
 (every OpenAI, Anthropic, LangChain and LiteLLM response type is one) is stored as its own
-``model_dump(mode="json")`` inside an *envelope* naming its class, and rebuilt as that class
-on replay. Anything else cannot be stored: :func:`to_data` raises
-:class:`~agent_replay.errors.CanonicalEncodingError` naming the step and the path inside the
-value, before anything is recorded.
+``model_dump(mode="json")`` inside an *envelope* naming its class (and, for results, the
+fields no one set), and rebuilt as that class on replay, with the same fields set. Anything
+else cannot be stored: :func:`to_data` raises :class:`~agent_replay.errors.CanonicalEncodingError`
+naming the step and the path inside the value, before anything is recorded.
 
 Rebuilding never imports a top-level package that is not imported already, so a stored
 trajectory cannot make the replaying process load arbitrary code; it only resolves classes
@@ -82,11 +82,19 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
     if isinstance(value, float):
         return float(value)
     if _is_pydantic(value):
-        return {
+        envelope = {
             ENVELOPE: "pydantic",
             "type": type_path(type(value), where, path),
             "data": _dump(value, where, path),
         }
+        if not inputs:
+            # arguments are compared with the recording's, never handed back as objects, so
+            # they keep the shape older recordings stored
+            unset: list[list[str | int]] = []
+            _unset_fields(value, [], unset)
+            if unset:
+                envelope["unset"] = unset
+        return envelope
     if isinstance(value, dict):  # dict subclasses (OrderedDict, ...): store as a plain dict
         return to_data(dict(value), where=where, inputs=inputs, path=path)
     if isinstance(value, list):
@@ -126,6 +134,58 @@ def _dump(value: Any, where: str, path: str) -> Any:
         ) from exc
 
 
+_MAX_UNSET = 10_000
+
+
+def _unset_fields(value: Any, path: list[str | int], out: list[list[str | int]]) -> None:
+    """Append to ``out`` the path of every declared field no one set, in ``value`` and in the
+    models nested in it (through fields, lists and dicts).
+
+    An SDK builds a response with exactly the fields the server sent; ``to_dict()`` and the
+    request bodies it serialises from such objects leave the others out. The dump holds every
+    field, so the rebuilt object forgets these again (see :func:`_forget_unset`).
+    """
+    if len(out) >= _MAX_UNSET:
+        return
+    if _is_pydantic(value):
+        fields_set = getattr(value, "model_fields_set", None)
+        if not isinstance(fields_set, (set, frozenset)):
+            return
+        for name in type(value).model_fields:
+            if name not in fields_set:
+                out.append([*path, name])
+            try:
+                item = getattr(value, name)
+            except Exception:
+                continue
+            _unset_fields(item, [*path, name], out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _unset_fields(item, [*path, i], out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                _unset_fields(item, [*path, key], out)
+
+
+def _forget_unset(obj: Any, paths: Any) -> None:
+    """Mark the fields at ``paths`` (from :func:`_unset_fields`) as not set in ``obj``."""
+    if not isinstance(paths, list):
+        return
+    for path in paths:
+        if not isinstance(path, list) or not path:
+            continue
+        node = obj
+        try:
+            for part in path[:-1]:
+                node = node[part] if isinstance(node, (list, tuple, dict)) else getattr(node, part)
+        except Exception:  # a path the rebuilt object does not have: nothing to forget
+            continue
+        fields_set = getattr(node, "__pydantic_fields_set__", None)
+        if isinstance(fields_set, set) and _is_pydantic(node):
+            fields_set.discard(path[-1])
+
+
 def type_path(cls: type, where: str = "", path: str = "$") -> str:
     """``module:QualName`` of ``cls`` (the origin class of a parametrised pydantic generic)."""
     meta = getattr(cls, "__pydantic_generic_metadata__", None)
@@ -161,7 +221,9 @@ def from_data(value: Any) -> Any:
         kind = value.get(ENVELOPE)
         if kind is not None:
             if kind == "pydantic":
-                return rebuild_model(value["type"], value["data"])
+                obj = rebuild_model(value["type"], value["data"])
+                _forget_unset(obj, value.get("unset"))
+                return obj
             if kind == "dict":  # a user dict holding our key: its values only are data
                 return {key: from_data(item) for key, item in value["data"].items()}
             if kind in ("stream", "iterator"):
