@@ -97,19 +97,20 @@ class FakeLLMAPI:
             answer = {"text": answer}
         n = len(self.requests)
         model = body.get("model", "model")
+        ids = {"x-request-id": f"req_{n}", "request-id": f"req_{n}"}  # OpenAI's, Anthropic's
         if path.endswith("/chat/completions"):
             if body.get("stream"):
                 return _sse(httpx2, None, _chat_chunks(answer, model, n))
-            return httpx2.Response(200, json=_chat_completion(answer, model, n))
+            return httpx2.Response(200, json=_chat_completion(answer, model, n), headers=ids)
         if path.endswith("/responses"):
             response = _response(answer, model, n)
             if body.get("stream"):
                 return _sse(httpx2, "type", _response_events(response, answer))
-            return httpx2.Response(200, json=response)
+            return httpx2.Response(200, json=response, headers=ids)
         if path.endswith("/messages"):
             if body.get("stream"):
                 return _sse(httpx2, "type", _anthropic_events(answer, model, n))
-            return httpx2.Response(200, json=_anthropic_message(answer, model, n))
+            return httpx2.Response(200, json=_anthropic_message(answer, model, n), headers=ids)
         return httpx2.Response(404, json={"error": {"message": f"no route {path}"}})
 
 

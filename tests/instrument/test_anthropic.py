@@ -139,3 +139,18 @@ def test_blocks_passed_back_after_a_held_step_are_sent_as_recorded(make_api):
     assert redrawn.result == "rainy (3)"
     assert api.count == 3
     assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]
+
+
+def test_a_held_message_has_its_request_id(make_api):
+    api = make_api()
+    client = api.anthropic()
+
+    def agent():
+        message = client.messages.create(model="c", max_tokens=5, messages=[])
+        return getattr(message, "_request_id", "missing")
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert api.count == 1
+    assert result.result == traj.outcome.result == "req_1"

@@ -388,3 +388,21 @@ def test_held_responses_have_the_fields_the_server_sent_and_no_others(make_api):
         replay_agent(agent, traj, ReplayPlan.ablate_from(1))
     assert api.count == 3
     assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]
+
+
+def test_a_held_response_has_its_request_id(make_api):
+    # openai documents completion._request_id (the x-request-id header); a held response
+    # had none, and reading it raised AttributeError
+    api = make_api()
+    client = api.openai()
+
+    def agent():
+        completion = client.chat.completions.create(model="m", messages=[])
+        return [completion._request_id, client.responses.create(model="m", input="x")._request_id]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert api.count == 2
+    assert result.exception is None
+    assert result.result == traj.outcome.result == ["req_1", "req_2"]

@@ -14,6 +14,7 @@ of packages the agent itself uses.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -94,6 +95,9 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
             _unset_fields(value, [], unset)
             if unset:
                 envelope["unset"] = unset
+            ids = _response_ids(value)
+            if ids:
+                envelope["ids"] = ids
         return envelope
     if isinstance(value, dict):  # dict subclasses (OrderedDict, ...): store as a plain dict
         return to_data(dict(value), where=where, inputs=inputs, path=path)
@@ -168,6 +172,33 @@ def _unset_fields(value: Any, path: list[str | int], out: list[list[str | int]])
                 _unset_fields(item, [*path, key], out)
 
 
+_RESPONSE_IDS = ("_request_id", "_workspace_id")
+"""Attributes the OpenAI and Anthropic SDKs set on a response from its HTTP headers (public
+despite the underscore: both document ``response._request_id``)."""
+
+
+def _response_ids(value: Any) -> dict[str, str]:
+    ids = {}
+    for name in _RESPONSE_IDS:
+        try:
+            found = getattr(value, name, None)
+        except Exception:
+            continue
+        if isinstance(found, str):
+            ids[name] = found
+    return ids
+
+
+def _set_response_ids(obj: Any, ids: Any) -> None:
+    if not isinstance(ids, dict):
+        return
+    for name, found in ids.items():
+        if name in _RESPONSE_IDS and isinstance(found, str):
+            # a class that refuses it: the id is not worth failing a replay
+            with contextlib.suppress(Exception):
+                setattr(obj, name, found)
+
+
 def _forget_unset(obj: Any, paths: Any) -> None:
     """Mark the fields at ``paths`` (from :func:`_unset_fields`) as not set in ``obj``."""
     if not isinstance(paths, list):
@@ -223,6 +254,7 @@ def from_data(value: Any) -> Any:
             if kind == "pydantic":
                 obj = rebuild_model(value["type"], value["data"])
                 _forget_unset(obj, value.get("unset"))
+                _set_response_ids(obj, value.get("ids"))
                 return obj
             if kind == "dict":  # a user dict holding our key: its values only are data
                 return {key: from_data(item) for key, item in value["data"].items()}
