@@ -154,3 +154,30 @@ def test_a_held_message_has_its_request_id(make_api):
         result = replay_agent(agent, traj)
     assert api.count == 1
     assert result.result == traj.outcome.result == "req_1"
+
+
+def test_a_held_async_api_error_has_its_body():
+    import httpx2
+
+    body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    client = anthropic.AsyncAnthropic(
+        api_key="sk-ant",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.AsyncClient(
+            transport=httpx2.MockTransport(lambda r: httpx2.Response(529, json=body))
+        ),
+        max_retries=0,
+    )
+
+    async def agent():
+        try:
+            await client.messages.create(model="c", max_tokens=5, messages=[])
+        except anthropic.APIStatusError as exc:
+            return [type(exc).__name__, exc.status_code, exc.body]
+        return None
+
+    with instrument.installed("anthropic"):
+        traj = instrument.record_agent(agent)
+        result = instrument.replay_agent(agent, traj)
+    assert traj.outcome.result == ["OverloadedError", 529, body]
+    assert result.exception is None and result.result == traj.outcome.result

@@ -406,3 +406,36 @@ def test_a_held_response_has_its_request_id(make_api):
     assert api.count == 2
     assert result.exception is None
     assert result.result == traj.outcome.result == ["req_1", "req_2"]
+
+
+def test_a_held_api_error_has_its_body(make_api):
+    # exc.body (the parsed error JSON) is plain data but was not stored, so a handler reading
+    # it failed with AttributeError on a held replay
+    import httpx2
+
+    error = {"message": "Invalid 'messages'", "type": "invalid_request_error", "code": "bad"}
+    client = openai.OpenAI(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(lambda r: httpx2.Response(400, json={"error": error}))
+        ),
+        max_retries=0,
+    )
+
+    def agent():
+        try:
+            client.chat.completions.create(model="m", messages=[])
+        except openai.BadRequestError as exc:
+            seen = [exc.status_code, exc.code, dict(exc.body)]
+            exc.body["message"] = "changed by the handler"  # must not reach the recording
+            return seen
+        return None
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result == [400, "bad", error]
+        for _ in range(2):
+            result = replay_agent(agent, traj)
+            assert result.exception is None
+            assert result.result == traj.outcome.result
