@@ -181,3 +181,81 @@ def test_a_held_async_api_error_has_its_body():
         result = instrument.replay_agent(agent, traj)
     assert traj.outcome.result == ["OverloadedError", 529, body]
     assert result.exception is None and result.result == traj.outcome.result
+
+
+def test_the_stream_helper_over_a_stream_that_breaks_off():
+    import json
+
+    import httpx2
+
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "c",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        *(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": w},
+                },
+            )
+            for w in ["Hel", "lo"]
+        ),
+        (
+            "error",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        ),
+    ]
+    content = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    client = anthropic.Anthropic(
+        api_key="sk-ant",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(
+                lambda r: httpx2.Response(
+                    200, content=content.encode(), headers={"content-type": "text/event-stream"}
+                )
+            )
+        ),
+        max_retries=0,
+    )
+
+    def agent():
+        got = []
+        try:
+            with client.messages.stream(model="c", max_tokens=5, messages=[]) as stream:
+                for text in stream.text_stream:
+                    got.append(text)
+        except anthropic.APIStatusError as exc:
+            got.append(type(exc).__name__)
+        return got
+
+    assert agent() == ["Hel", "lo", "APIStatusError"]
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        held = replay_agent(agent, traj)
+    assert traj.outcome.result == held.result == ["Hel", "lo", "APIStatusError"]
+    assert traj.steps[0].error is None and len(traj.steps[0].action["items"]) == 4

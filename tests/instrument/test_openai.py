@@ -439,3 +439,80 @@ def test_a_held_api_error_has_its_body(make_api):
             result = replay_agent(agent, traj)
             assert result.exception is None
             assert result.result == traj.outcome.result
+
+
+def broken_stream_client(mode, is_async=False):
+    """A client whose streams send three chunks, then an error event or a dropped connection."""
+    import httpx2
+
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    events = [
+        f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': w}}]})}\n\n"
+        for w in ["Hel", "lo ", "wor"]
+    ]
+
+    class Body(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+        def __iter__(self):
+            yield from (e.encode() for e in events)
+            raise httpx2.ReadError("connection reset by peer")
+
+        async def __aiter__(self):
+            for e in events:
+                yield e.encode()
+            raise httpx2.ReadError("connection reset by peer")
+
+    def handle(request):
+        headers = {"content-type": "text/event-stream"}
+        if mode == "error_event":
+            error = {"error": {"message": "overloaded mid-stream", "type": "server_error"}}
+            content = "".join(events) + f"data: {json.dumps(error)}\n\n"
+            return httpx2.Response(200, content=content.encode(), headers=headers)
+        return httpx2.Response(200, stream=Body(), headers=headers)
+
+    transport = httpx2.MockTransport(handle)
+    if is_async:
+        http = httpx2.AsyncClient(transport=transport)
+        return openai.AsyncOpenAI(api_key="sk", base_url="http://127.0.0.1:9/v1", http_client=http)
+    http = httpx2.Client(transport=transport)
+    return openai.OpenAI(
+        api_key="sk", base_url="http://127.0.0.1:9/v1", http_client=http, max_retries=0
+    )
+
+
+@pytest.mark.parametrize("mode", ["error_event", "drop"])
+def test_a_stream_that_breaks_off_gives_its_chunks_then_the_error(mode):
+    # the stream was read whole inside the step, and its error made the step fail: the agent
+    # got the error without any of the chunks the server had sent, and the step kept nothing
+    client, aclient = broken_stream_client(mode), broken_stream_client(mode, is_async=True)
+    ask = {"model": "m", "messages": [], "stream": True}
+
+    def agent():
+        got, agot = [], []
+        try:
+            for chunk in client.chat.completions.create(**ask):
+                got.append(chunk.choices[0].delta.content)
+        except openai.APIError as exc:
+            got.append(type(exc).__name__)
+
+        async def async_part():
+            try:
+                async for chunk in await aclient.chat.completions.create(**ask):
+                    agot.append(chunk.choices[0].delta.content)
+            except openai.APIError as exc:
+                agot.append(type(exc).__name__)
+
+        asyncio.run(async_part())
+        return [got, agot]
+
+    expected = "APIError" if mode == "error_event" else "APIConnectionError"
+    assert agent() == [["Hel", "lo ", "wor", expected]] * 2  # not instrumented
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result == [["Hel", "lo ", "wor", expected]] * 2
+        for step in traj.steps:
+            assert step.error is None
+            assert len(step.action["items"]) == 3
+            assert step.action["error"]["type"] == expected
+        held = replay_agent(agent, traj)
+    assert not held.diverged and held.live_steps == 0
+    assert held.result == traj.outcome.result
