@@ -103,3 +103,14 @@ def test_an_envelope_stored_without_unset_fields_still_rebuilds():
     stored = {ENVELOPE: "pydantic", "type": f"{__name__}:Inner", "data": {"a": 1, "b": None}}
     back = from_data(stored)
     assert back == Inner(a=1, b=None) and back.model_fields_set == {"a", "b"}
+
+
+def test_lone_surrogates_are_escaped_in_keys_values_and_model_dumps():
+    stored = to_data({"k\ud800": ["a\udc00", Inner(a=1)], "ok": "é"}, where="w")
+    assert stored["k\\ud800"][0] == "a\\udc00" and stored["ok"] == "é"
+    canonical.encode(stored)  # storable
+    assert to_data(Note(text="x\ud800"), where="w")["data"] == {"text": "x\\ud800"}
+
+
+class Note(pydantic.BaseModel):
+    text: str

@@ -516,3 +516,43 @@ def test_a_stream_that_breaks_off_gives_its_chunks_then_the_error(mode):
         held = replay_agent(agent, traj)
     assert not held.diverged and held.live_steps == 0
     assert held.result == traj.outcome.result
+
+
+def test_a_lone_surrogate_in_a_response_is_escaped_not_fatal(tmp_path):
+    # text that cannot be stored as UTF-8 made record_agent raise CanonicalEncodingError at
+    # the end, and the whole run was lost; it is escaped now, as the span processor does
+    import httpx2
+
+    requests = []
+
+    def handle(request):
+        requests.append(json.loads(request.content))
+        raw = (
+            '{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+            '"message":{"role":"assistant","content":"bad \\ud800 half"},"finish_reason":"stop"}]}'
+        )
+        return httpx2.Response(
+            200, content=raw.encode(), headers={"content-type": "application/json"}
+        )
+
+    client = openai.OpenAI(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handle)),
+        max_retries=0,
+    )
+
+    def agent():
+        messages = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages).choices[0].message
+        return len(first.content)
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, store=tmp_path / "runs.sqlite")
+        assert traj.outcome.result == len("bad \ud800 half")
+        content = traj.steps[0].action["data"]["choices"][0]["message"]["content"]
+        assert content == "bad \\ud800 half"
+        held = replay_agent(agent, traj)
+    assert len(requests) == 1
+    assert not held.diverged and held.live_steps == 0
+    assert held.result == len("bad \\ud800 half")  # a held replay serves the escaped text

@@ -44,11 +44,15 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
     :class:`CanonicalEncodingError` naming ``where`` and the path for anything else.
     """
     t = type(value)
+    if t is str:
+        return _text(value)
     if t in _SCALARS:
         return value
     if t is dict:
         result = {
-            key: to_data(item, where=where, inputs=inputs, path=f"{path}.{key}")
+            _text(key) if type(key) is str else key: to_data(
+                item, where=where, inputs=inputs, path=f"{path}.{key}"
+            )
             for key, item in value.items()
         }
         if ENVELOPE in result:  # a user dict that looks like ours: keep it apart
@@ -77,7 +81,7 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
             where=where,
         )
     if isinstance(value, str):  # subclasses of the scalars: store the plain value
-        return str(value)
+        return _text(str(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -128,7 +132,7 @@ def _dump(value: Any, where: str, path: str) -> Any:
     try:
         # warnings=False: SDK objects built leniently (openai's construct) may hold values
         # their annotations do not expect; the JSON dump is still faithful to what was received
-        return value.model_dump(mode="json", warnings=False)
+        dumped = value.model_dump(mode="json", warnings=False)
     except Exception as exc:
         raise CanonicalEncodingError(
             f"{type(value).__qualname__}.model_dump(mode='json') failed ({exc}); it cannot be "
@@ -136,6 +140,44 @@ def _dump(value: Any, where: str, path: str) -> Any:
             path=path,
             where=where,
         ) from exc
+    return _texts(dumped)
+
+
+def _text(value: str) -> str:
+    """``value``, with lone surrogates escaped (``\\ud800``) when it has any.
+
+    Such text cannot be stored as UTF-8, and any server or SDK user can send one: as the span
+    processor does, it is escaped rather than failing the whole recording. A held replay
+    serves the escaped text; escaping it again changes nothing, so an agent passing it back
+    makes the same request it made when recording.
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _texts(value: Any) -> Any:
+    """A JSON value with :func:`_text` applied to every string (the value itself when none
+    needs it)."""
+    t = type(value)
+    if t is str:
+        return _text(value)
+    if t is dict:
+        items = [
+            (_text(key) if type(key) is str else key, key, _texts(item), item)
+            for key, item in value.items()
+        ]
+        if all(k is k0 and v is v0 for k, k0, v, v0 in items):
+            return value
+        return {k: v for k, _, v, _ in items}
+    if t is list:
+        new = [_texts(item) for item in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
 
 
 _MAX_UNSET = 10_000
