@@ -97,19 +97,20 @@ class FakeLLMAPI:
             answer = {"text": answer}
         n = len(self.requests)
         model = body.get("model", "model")
+        ids = {"x-request-id": f"req_{n}", "request-id": f"req_{n}"}  # OpenAI's, Anthropic's
         if path.endswith("/chat/completions"):
             if body.get("stream"):
                 return _sse(httpx2, None, _chat_chunks(answer, model, n))
-            return httpx2.Response(200, json=_chat_completion(answer, model, n))
+            return httpx2.Response(200, json=_chat_completion(answer, model, n), headers=ids)
         if path.endswith("/responses"):
             response = _response(answer, model, n)
             if body.get("stream"):
                 return _sse(httpx2, "type", _response_events(response, answer))
-            return httpx2.Response(200, json=response)
+            return httpx2.Response(200, json=response, headers=ids)
         if path.endswith("/messages"):
             if body.get("stream"):
                 return _sse(httpx2, "type", _anthropic_events(answer, model, n))
-            return httpx2.Response(200, json=_anthropic_message(answer, model, n))
+            return httpx2.Response(200, json=_anthropic_message(answer, model, n), headers=ids)
         return httpx2.Response(404, json={"error": {"message": f"no route {path}"}})
 
 
@@ -157,7 +158,24 @@ def _chat_chunks(answer: dict[str, Any], model: str, n: int) -> list[dict[str, A
         {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
         for piece in pieces
     ]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    finish = "stop"
+    if "tool_call" in answer:  # as the API streams one: id, type and name first, then arguments
+        name, arguments = answer["tool_call"]
+        text_args = json.dumps(arguments)
+        half = len(text_args) // 2
+        calls = [
+            {"index": 0, "id": f"call_{n}", "type": "function", "function": {"name": name}},
+            *(
+                {"index": 0, "function": {"arguments": p}}
+                for p in (text_args[:half], text_args[half:])
+            ),
+        ]
+        chunks += [
+            {**base, "choices": [{"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": None}]}
+            for c in calls
+        ]
+        finish = "tool_calls"
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     return chunks
 
 

@@ -107,3 +107,155 @@ def test_streams_sync_async_and_the_stream_helper(make_api):
         redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(2))
     assert api.count == 4
     assert redrawn.result[2] == "streamed reply number 4"
+
+
+def test_blocks_passed_back_after_a_held_step_are_sent_as_recorded(make_api):
+    # a held Message had every field set, so the content blocks passed back went out with
+    # citations/caller/... = null in the re-drawn request's body
+    api = make_api(
+        lambda body, n: (
+            {"text": "checking", "tool_call": ("get_weather", {"city": "Paris"})}
+            if n == 1
+            else f"rainy ({n})"
+        )
+    )
+    client = api.anthropic()
+
+    def agent():
+        messages = [{"role": "user", "content": "weather?"}]
+        first = client.messages.create(model="c", max_tokens=50, messages=messages)
+        messages += [
+            {"role": "assistant", "content": first.content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "rain"}],
+            },
+        ]
+        return client.messages.create(model="c", max_tokens=50, messages=messages).content[0].text
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1))
+    assert redrawn.result == "rainy (3)"
+    assert api.count == 3
+    assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]
+
+
+def test_a_held_message_has_its_request_id(make_api):
+    api = make_api()
+    client = api.anthropic()
+
+    def agent():
+        message = client.messages.create(model="c", max_tokens=5, messages=[])
+        return getattr(message, "_request_id", "missing")
+
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert api.count == 1
+    assert result.result == traj.outcome.result == "req_1"
+
+
+def test_a_held_async_api_error_has_its_body():
+    import httpx2
+
+    body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    client = anthropic.AsyncAnthropic(
+        api_key="sk-ant",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.AsyncClient(
+            transport=httpx2.MockTransport(lambda r: httpx2.Response(529, json=body))
+        ),
+        max_retries=0,
+    )
+
+    async def agent():
+        try:
+            await client.messages.create(model="c", max_tokens=5, messages=[])
+        except anthropic.APIStatusError as exc:
+            return [type(exc).__name__, exc.status_code, exc.body]
+        return None
+
+    with instrument.installed("anthropic"):
+        traj = instrument.record_agent(agent)
+        result = instrument.replay_agent(agent, traj)
+    assert traj.outcome.result == ["OverloadedError", 529, body]
+    assert result.exception is None and result.result == traj.outcome.result
+
+
+def test_the_stream_helper_over_a_stream_that_breaks_off():
+    import json
+
+    import httpx2
+
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "c",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        *(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": w},
+                },
+            )
+            for w in ["Hel", "lo"]
+        ),
+        (
+            "error",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        ),
+    ]
+    content = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    client = anthropic.Anthropic(
+        api_key="sk-ant",
+        base_url="http://127.0.0.1:9",
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(
+                lambda r: httpx2.Response(
+                    200, content=content.encode(), headers={"content-type": "text/event-stream"}
+                )
+            )
+        ),
+        max_retries=0,
+    )
+
+    def agent():
+        got = []
+        try:
+            with client.messages.stream(model="c", max_tokens=5, messages=[]) as stream:
+                for text in stream.text_stream:
+                    got.append(text)
+        except anthropic.APIStatusError as exc:
+            got.append(type(exc).__name__)
+        return got
+
+    assert agent() == ["Hel", "lo", "APIStatusError"]
+    with instrument.installed("anthropic"):
+        traj = record_agent(agent)
+        held = replay_agent(agent, traj)
+    assert traj.outcome.result == held.result == ["Hel", "lo", "APIStatusError"]
+    assert traj.steps[0].error is None and len(traj.steps[0].action["items"]) == 4

@@ -76,3 +76,41 @@ def test_rebuilding_never_imports_a_new_top_level_package():
     not_a_model = {ENVELOPE: "pydantic", "type": "os:system", "data": {}}
     with pytest.raises(RebuildError, match="not a pydantic model class"):
         from_data(not_a_model)
+
+
+class Inner(pydantic.BaseModel):
+    a: int | None = None
+    b: int | None = None
+
+
+class Outer(pydantic.BaseModel):
+    inner: list[Inner] = []
+    note: str | None = None
+    stamp: float = pydantic.Field(default_factory=lambda: __import__("time").time())
+
+
+def test_a_rebuilt_model_has_the_fields_set_the_original_had():
+    original = Outer(inner=[Inner(a=1), Inner(b=2)])
+    back = from_data(canonical.decode(canonical.encode(to_data(original, where="w"))))
+    assert back.model_fields_set == {"inner"}
+    assert [i.model_fields_set for i in back.inner] == [{"a"}, {"b"}]
+    assert back.model_dump(exclude_unset=True) == original.model_dump(exclude_unset=True)
+    assert back.stamp == original.stamp  # a value no one set is kept, not made again
+
+
+def test_an_envelope_stored_without_unset_fields_still_rebuilds():
+    # what recordings made before the fields-set fix hold: every field, all of them set
+    stored = {ENVELOPE: "pydantic", "type": f"{__name__}:Inner", "data": {"a": 1, "b": None}}
+    back = from_data(stored)
+    assert back == Inner(a=1, b=None) and back.model_fields_set == {"a", "b"}
+
+
+def test_lone_surrogates_are_escaped_in_keys_values_and_model_dumps():
+    stored = to_data({"k\ud800": ["a\udc00", Inner(a=1)], "ok": "é"}, where="w")
+    assert stored["k\\ud800"][0] == "a\\udc00" and stored["ok"] == "é"
+    canonical.encode(stored)  # storable
+    assert to_data(Note(text="x\ud800"), where="w")["data"] == {"text": "x\\ud800"}
+
+
+class Note(pydantic.BaseModel):
+    text: str

@@ -322,3 +322,237 @@ def test_a_recorded_api_error_is_served_again_without_a_request(make_api):
         result = replay_agent(agent, traj)
     assert api.count == 1
     assert result.result == "BadRequestError recorded=True"
+
+
+def test_the_stream_helper_accumulates_a_replayed_tool_call(make_api):
+    # the helper merges each chunk's to_dict() into its snapshot: a stored chunk whose unset
+    # fields came back as explicit nulls wiped the tool call's type ("assert ... 'function'")
+    api = make_api(lambda body, n: {"tool_call": ("get_weather", {"city": "Paris"})})
+    client, aclient = api.openai(), api.async_openai()
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+
+    def calls(final):
+        return [
+            (t.type, t.function.name, t.function.arguments)
+            for t in final.choices[0].message.tool_calls
+        ]
+
+    def agent():
+        with client.chat.completions.stream(**ask) as stream:
+            final = stream.get_final_completion()
+
+        async def async_part():
+            async with aclient.chat.completions.stream(**ask) as astream:
+                return await astream.get_final_completion()
+
+        return [calls(final), calls(asyncio.run(async_part()))]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.failed is None
+        result = replay_agent(agent, traj)
+    assert api.count == 2
+    assert result.exception is None
+    assert result.result == traj.outcome.result
+    assert result.result[0] == [("function", "get_weather", '{"city": "Paris"}')]
+
+
+def test_held_responses_have_the_fields_the_server_sent_and_no_others(make_api):
+    # an agent that keeps message.to_dict() in its history: the held object used to have every
+    # field set, so its to_dict() carried refusal/audio/... = None, the next request differed
+    # from the recording, and a factual replay diverged and went live
+    api = make_api()
+    client = api.openai()
+    dumps = []
+
+    def agent():
+        messages = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages)
+        message = first.choices[0].message
+        dumps.append(
+            (message.to_dict(), message.model_fields_set, first.model_dump(exclude_unset=True))
+        )
+        messages += [message.to_dict(), {"role": "user", "content": "and?"}]
+        return (
+            client.chat.completions.create(model="m", messages=messages).choices[0].message.content
+        )
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        held = replay_agent(agent, traj)
+        assert api.count == 2
+        assert not held.diverged and held.result == traj.outcome.result == "answer 2"
+        assert dumps[1] == dumps[0]
+        assert dumps[0][0] == {"content": "answer 1", "role": "assistant"}
+        # re-drawn after a held step: the request sends the message as it was recorded
+        replay_agent(agent, traj, ReplayPlan.ablate_from(1))
+    assert api.count == 3
+    assert api.requests[2][1]["messages"] == api.requests[1][1]["messages"]
+
+
+def test_a_held_response_has_its_request_id(make_api):
+    # openai documents completion._request_id (the x-request-id header); a held response
+    # had none, and reading it raised AttributeError
+    api = make_api()
+    client = api.openai()
+
+    def agent():
+        completion = client.chat.completions.create(model="m", messages=[])
+        return [completion._request_id, client.responses.create(model="m", input="x")._request_id]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        result = replay_agent(agent, traj)
+    assert api.count == 2
+    assert result.exception is None
+    assert result.result == traj.outcome.result == ["req_1", "req_2"]
+
+
+def test_a_held_api_error_has_its_body(make_api):
+    # exc.body (the parsed error JSON) is plain data but was not stored, so a handler reading
+    # it failed with AttributeError on a held replay
+    import httpx2
+
+    error = {"message": "Invalid 'messages'", "type": "invalid_request_error", "code": "bad"}
+    client = openai.OpenAI(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(lambda r: httpx2.Response(400, json={"error": error}))
+        ),
+        max_retries=0,
+    )
+
+    def agent():
+        try:
+            client.chat.completions.create(model="m", messages=[])
+        except openai.BadRequestError as exc:
+            seen = [exc.status_code, exc.code, dict(exc.body)]
+            exc.body["message"] = "changed by the handler"  # must not reach the recording
+            return seen
+        return None
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result == [400, "bad", error]
+        for _ in range(2):
+            result = replay_agent(agent, traj)
+            assert result.exception is None
+            assert result.result == traj.outcome.result
+
+
+def broken_stream_client(mode, is_async=False):
+    """A client whose streams send three chunks, then an error event or a dropped connection."""
+    import httpx2
+
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    events = [
+        f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': w}}]})}\n\n"
+        for w in ["Hel", "lo ", "wor"]
+    ]
+
+    class Body(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+        def __iter__(self):
+            yield from (e.encode() for e in events)
+            raise httpx2.ReadError("connection reset by peer")
+
+        async def __aiter__(self):
+            for e in events:
+                yield e.encode()
+            raise httpx2.ReadError("connection reset by peer")
+
+    def handle(request):
+        headers = {"content-type": "text/event-stream"}
+        if mode == "error_event":
+            error = {"error": {"message": "overloaded mid-stream", "type": "server_error"}}
+            content = "".join(events) + f"data: {json.dumps(error)}\n\n"
+            return httpx2.Response(200, content=content.encode(), headers=headers)
+        return httpx2.Response(200, stream=Body(), headers=headers)
+
+    transport = httpx2.MockTransport(handle)
+    if is_async:
+        http = httpx2.AsyncClient(transport=transport)
+        return openai.AsyncOpenAI(api_key="sk", base_url="http://127.0.0.1:9/v1", http_client=http)
+    http = httpx2.Client(transport=transport)
+    return openai.OpenAI(
+        api_key="sk", base_url="http://127.0.0.1:9/v1", http_client=http, max_retries=0
+    )
+
+
+@pytest.mark.parametrize("mode", ["error_event", "drop"])
+def test_a_stream_that_breaks_off_gives_its_chunks_then_the_error(mode):
+    # the stream was read whole inside the step, and its error made the step fail: the agent
+    # got the error without any of the chunks the server had sent, and the step kept nothing
+    client, aclient = broken_stream_client(mode), broken_stream_client(mode, is_async=True)
+    ask = {"model": "m", "messages": [], "stream": True}
+
+    def agent():
+        got, agot = [], []
+        try:
+            for chunk in client.chat.completions.create(**ask):
+                got.append(chunk.choices[0].delta.content)
+        except openai.APIError as exc:
+            got.append(type(exc).__name__)
+
+        async def async_part():
+            try:
+                async for chunk in await aclient.chat.completions.create(**ask):
+                    agot.append(chunk.choices[0].delta.content)
+            except openai.APIError as exc:
+                agot.append(type(exc).__name__)
+
+        asyncio.run(async_part())
+        return [got, agot]
+
+    expected = "APIError" if mode == "error_event" else "APIConnectionError"
+    assert agent() == [["Hel", "lo ", "wor", expected]] * 2  # not instrumented
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        assert traj.outcome.result == [["Hel", "lo ", "wor", expected]] * 2
+        for step in traj.steps:
+            assert step.error is None
+            assert len(step.action["items"]) == 3
+            assert step.action["error"]["type"] == expected
+        held = replay_agent(agent, traj)
+    assert not held.diverged and held.live_steps == 0
+    assert held.result == traj.outcome.result
+
+
+def test_a_lone_surrogate_in_a_response_is_escaped_not_fatal(tmp_path):
+    # text that cannot be stored as UTF-8 made record_agent raise CanonicalEncodingError at
+    # the end, and the whole run was lost; it is escaped now, as the span processor does
+    import httpx2
+
+    requests = []
+
+    def handle(request):
+        requests.append(json.loads(request.content))
+        raw = (
+            '{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+            '"message":{"role":"assistant","content":"bad \\ud800 half"},"finish_reason":"stop"}]}'
+        )
+        return httpx2.Response(
+            200, content=raw.encode(), headers={"content-type": "application/json"}
+        )
+
+    client = openai.OpenAI(
+        api_key="sk",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handle)),
+        max_retries=0,
+    )
+
+    def agent():
+        messages = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages).choices[0].message
+        return len(first.content)
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, store=tmp_path / "runs.sqlite")
+        assert traj.outcome.result == len("bad \ud800 half")
+        content = traj.steps[0].action["data"]["choices"][0]["message"]["content"]
+        assert content == "bad \\ud800 half"
+        held = replay_agent(agent, traj)
+    assert len(requests) == 1
+    assert not held.diverged and held.live_steps == 0
+    assert held.result == len("bad \\ud800 half")  # a held replay serves the escaped text

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy
 import inspect
 import json
 import os
@@ -656,7 +657,8 @@ _PLAIN = (str, int, float, bool, type(None))
 
 
 def _plain_attributes(exc: BaseException) -> dict[str, Any]:
-    """The exception's own attributes that are plain values (a response object is not)."""
+    """The exception's own attributes that are plain data: values, and small JSON-like lists
+    and dicts of them (an API error's parsed ``body``); a response object is not."""
     try:
         items = list(vars(exc).items())
     except TypeError:  # no __dict__
@@ -665,9 +667,34 @@ def _plain_attributes(exc: BaseException) -> dict[str, Any]:
     for name, value in items:
         if name.startswith("_") or len(out) >= 20:
             continue
-        if _plain(value):
-            out[name] = value
+        if _plain(value) or _plain_data(value, [_DATA_BUDGET], 0):
+            out[name] = copy.deepcopy(value)
     return out
+
+
+_DATA_BUDGET = 500  # values inside one attribute's lists and dicts
+
+
+def _plain_data(value: Any, budget: list[int], depth: int) -> bool:
+    """Whether ``value`` is a list or ``str``-keyed dict of plain values (nested, small)."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 20:
+        return False
+    if type(value) is dict:
+        return all(
+            isinstance(key, str) and _plain(key) and _plain_item(item, budget, depth)
+            for key, item in value.items()
+        )
+    if type(value) is list:
+        return all(_plain_item(item, budget, depth) for item in value)
+    return False
+
+
+def _plain_item(value: Any, budget: list[int], depth: int) -> bool:
+    if _plain(value):
+        budget[0] -= 1
+        return budget[0] >= 0
+    return _plain_data(value, budget, depth + 1)
 
 
 def exception_text(exc: BaseException) -> str:
@@ -710,7 +737,8 @@ def rebuild_exception(error: Mapping[str, Any]) -> BaseException:
             exc.type_name = name
             for attribute, value in (error.get("attributes") or {}).items():
                 with contextlib.suppress(Exception):  # a read-only property, say
-                    setattr(exc, attribute, value)
+                    # a copy: the handler may change it, the recording must not change
+                    setattr(exc, attribute, copy.deepcopy(value))
             return exc
         except Exception:
             pass

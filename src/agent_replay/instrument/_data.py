@@ -2,10 +2,10 @@
 
 Plain data (what :mod:`agent_replay.canonical` encodes) is stored as is. A pydantic model
 (every OpenAI, Anthropic, LangChain and LiteLLM response type is one) is stored as its own
-``model_dump(mode="json")`` inside an *envelope* naming its class, and rebuilt as that class
-on replay. Anything else cannot be stored: :func:`to_data` raises
-:class:`~agent_replay.errors.CanonicalEncodingError` naming the step and the path inside the
-value, before anything is recorded.
+``model_dump(mode="json")`` inside an *envelope* naming its class (and, for results, the
+fields no one set), and rebuilt as that class on replay, with the same fields set. Anything
+else cannot be stored: :func:`to_data` raises :class:`~agent_replay.errors.CanonicalEncodingError`
+naming the step and the path inside the value, before anything is recorded.
 
 Rebuilding never imports a top-level package that is not imported already, so a stored
 trajectory cannot make the replaying process load arbitrary code; it only resolves classes
@@ -14,6 +14,7 @@ of packages the agent itself uses.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -43,11 +44,15 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
     :class:`CanonicalEncodingError` naming ``where`` and the path for anything else.
     """
     t = type(value)
+    if t is str:
+        return _text(value)
     if t in _SCALARS:
         return value
     if t is dict:
         result = {
-            key: to_data(item, where=where, inputs=inputs, path=f"{path}.{key}")
+            _text(key) if type(key) is str else key: to_data(
+                item, where=where, inputs=inputs, path=f"{path}.{key}"
+            )
             for key, item in value.items()
         }
         if ENVELOPE in result:  # a user dict that looks like ours: keep it apart
@@ -76,17 +81,28 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
             where=where,
         )
     if isinstance(value, str):  # subclasses of the scalars: store the plain value
-        return str(value)
+        return _text(str(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
         return float(value)
     if _is_pydantic(value):
-        return {
+        envelope = {
             ENVELOPE: "pydantic",
             "type": type_path(type(value), where, path),
             "data": _dump(value, where, path),
         }
+        if not inputs:
+            # arguments are compared with the recording's, never handed back as objects, so
+            # they keep the shape older recordings stored
+            unset: list[list[str | int]] = []
+            _unset_fields(value, [], unset)
+            if unset:
+                envelope["unset"] = unset
+            ids = _response_ids(value)
+            if ids:
+                envelope["ids"] = ids
+        return envelope
     if isinstance(value, dict):  # dict subclasses (OrderedDict, ...): store as a plain dict
         return to_data(dict(value), where=where, inputs=inputs, path=path)
     if isinstance(value, list):
@@ -116,7 +132,7 @@ def _dump(value: Any, where: str, path: str) -> Any:
     try:
         # warnings=False: SDK objects built leniently (openai's construct) may hold values
         # their annotations do not expect; the JSON dump is still faithful to what was received
-        return value.model_dump(mode="json", warnings=False)
+        dumped = value.model_dump(mode="json", warnings=False)
     except Exception as exc:
         raise CanonicalEncodingError(
             f"{type(value).__qualname__}.model_dump(mode='json') failed ({exc}); it cannot be "
@@ -124,6 +140,123 @@ def _dump(value: Any, where: str, path: str) -> Any:
             path=path,
             where=where,
         ) from exc
+    return _texts(dumped)
+
+
+def _text(value: str) -> str:
+    """``value``, with lone surrogates escaped (``\\ud800``) when it has any.
+
+    Such text cannot be stored as UTF-8, and any server or SDK user can send one: as the span
+    processor does, it is escaped rather than failing the whole recording. A held replay
+    serves the escaped text; escaping it again changes nothing, so an agent passing it back
+    makes the same request it made when recording.
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _texts(value: Any) -> Any:
+    """A JSON value with :func:`_text` applied to every string (the value itself when none
+    needs it)."""
+    t = type(value)
+    if t is str:
+        return _text(value)
+    if t is dict:
+        items = [
+            (_text(key) if type(key) is str else key, key, _texts(item), item)
+            for key, item in value.items()
+        ]
+        if all(k is k0 and v is v0 for k, k0, v, v0 in items):
+            return value
+        return {k: v for k, _, v, _ in items}
+    if t is list:
+        new = [_texts(item) for item in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
+
+
+_MAX_UNSET = 10_000
+
+
+def _unset_fields(value: Any, path: list[str | int], out: list[list[str | int]]) -> None:
+    """Append to ``out`` the path of every declared field no one set, in ``value`` and in the
+    models nested in it (through fields, lists and dicts).
+
+    An SDK builds a response with exactly the fields the server sent; ``to_dict()`` and the
+    request bodies it serialises from such objects leave the others out. The dump holds every
+    field, so the rebuilt object forgets these again (see :func:`_forget_unset`).
+    """
+    if len(out) >= _MAX_UNSET:
+        return
+    if _is_pydantic(value):
+        fields_set = getattr(value, "model_fields_set", None)
+        if not isinstance(fields_set, (set, frozenset)):
+            return
+        for name in type(value).model_fields:
+            if name not in fields_set:
+                out.append([*path, name])
+            try:
+                item = getattr(value, name)
+            except Exception:
+                continue
+            _unset_fields(item, [*path, name], out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _unset_fields(item, [*path, i], out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                _unset_fields(item, [*path, key], out)
+
+
+_RESPONSE_IDS = ("_request_id", "_workspace_id")
+"""Attributes the OpenAI and Anthropic SDKs set on a response from its HTTP headers (public
+despite the underscore: both document ``response._request_id``)."""
+
+
+def _response_ids(value: Any) -> dict[str, str]:
+    ids = {}
+    for name in _RESPONSE_IDS:
+        try:
+            found = getattr(value, name, None)
+        except Exception:
+            continue
+        if isinstance(found, str):
+            ids[name] = found
+    return ids
+
+
+def _set_response_ids(obj: Any, ids: Any) -> None:
+    if not isinstance(ids, dict):
+        return
+    for name, found in ids.items():
+        if name in _RESPONSE_IDS and isinstance(found, str):
+            # a class that refuses it: the id is not worth failing a replay
+            with contextlib.suppress(Exception):
+                setattr(obj, name, found)
+
+
+def _forget_unset(obj: Any, paths: Any) -> None:
+    """Mark the fields at ``paths`` (from :func:`_unset_fields`) as not set in ``obj``."""
+    if not isinstance(paths, list):
+        return
+    for path in paths:
+        if not isinstance(path, list) or not path:
+            continue
+        node = obj
+        try:
+            for part in path[:-1]:
+                node = node[part] if isinstance(node, (list, tuple, dict)) else getattr(node, part)
+        except Exception:  # a path the rebuilt object does not have: nothing to forget
+            continue
+        fields_set = getattr(node, "__pydantic_fields_set__", None)
+        if isinstance(fields_set, set) and _is_pydantic(node):
+            fields_set.discard(path[-1])
 
 
 def type_path(cls: type, where: str = "", path: str = "$") -> str:
@@ -161,7 +294,10 @@ def from_data(value: Any) -> Any:
         kind = value.get(ENVELOPE)
         if kind is not None:
             if kind == "pydantic":
-                return rebuild_model(value["type"], value["data"])
+                obj = rebuild_model(value["type"], value["data"])
+                _forget_unset(obj, value.get("unset"))
+                _set_response_ids(obj, value.get("ids"))
+                return obj
             if kind == "dict":  # a user dict holding our key: its values only are data
                 return {key: from_data(item) for key, item in value["data"].items()}
             if kind in ("stream", "iterator"):

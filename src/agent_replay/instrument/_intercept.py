@@ -32,7 +32,9 @@ from ..capture.context import (
     StepCall,
     claim_span,
     current_context,
+    describe_exception,
     inside_step,
+    rebuild_exception,
 )
 from ..errors import CanonicalEncodingError, RebuildError
 from ..model import StepKind
@@ -86,7 +88,15 @@ class _Prepared:
     hidden: dict[str, Any]  # excluded arguments, passed through but never stored
     streaming: bool
     where: str
-    live: list = field(default_factory=list)
+    live: list = field(default_factory=list)  # (action, live value, live stream error)
+
+
+@dataclass
+class _Read:
+    """The chunks read from a stream, and the exception it broke off with (if it did)."""
+
+    items: list[Any]
+    error: Exception | None = None
 
 
 class Interceptor:
@@ -367,30 +377,40 @@ class Interceptor:
             elif spec.manager_class is not None:
                 envelope, live = "stream", _drain_manager(result)
             elif prepared.streaming:
-                envelope, live = "stream", result if isinstance(result, list) else _drain(result)
+                envelope, live = "stream", result if isinstance(result, _Read) else _drain(result)
             else:
                 envelope, live = None, result
+            error = None
+            if isinstance(live, _Read):
+                live, error = live.items, live.error
             if envelope is None:
                 data = _data.to_data(live, where=where)
             else:
                 items = [_data.to_data(item, where=where) for item in live]
                 data = {_data.ENVELOPE: envelope, "items": items}
+                if error is not None:
+                    # the call returned a stream, which broke off after these chunks: the step
+                    # keeps them, and the agent reads them before the error, as it would have
+                    data["error"] = describe_exception(error)
         except CanonicalEncodingError as exc:
             _keep_encoding_error(ctx, exc)
             raise
         usage = _usage(spec, data)
         if usage:
             step.attributes = {**(step.attributes or {}), **usage}
-        prepared.live.append((data, live))
+        prepared.live.append((data, live, error))
         return data
 
     def _deliver(self, prepared: _Prepared, action: Any, *, is_async: bool) -> Any:
         """What the agent receives for ``action`` (the live object when the call just ran)."""
         spec = self.spec
+        error: BaseException | None = None
         if prepared.live and prepared.live[-1][0] is action:
-            value = prepared.live[-1][1]
+            _, value, error = prepared.live[-1]
         else:
             value = self._rebuild(action, prepared)
+            if _data.is_envelope(action, "stream") and isinstance(action.get("error"), dict):
+                error = rebuild_exception(action["error"])
         if self.is_gen or self.is_async_gen:
             return value  # the generator wrapper yields from the list
         if spec.iterator:
@@ -399,7 +419,10 @@ class Interceptor:
             if not isinstance(value, list):  # a forced or mocked action that is not a stream
                 return value
             stream = make_stream(
-                value, is_async=is_async, sdk_class=_optional_class(spec.stream_class)
+                value,
+                is_async=is_async,
+                sdk_class=_optional_class(spec.stream_class),
+                error=error,
             )
             if spec.manager_class is not None:
                 manager = _data_class(spec.manager_class)
@@ -444,27 +467,37 @@ def model_hint() -> str | None:
     return ctx.model_hint if ctx is not None else None
 
 
-def _drain(stream: Any) -> list[Any]:
+def _drain(stream: Any) -> _Read:
+    read = _Read([])
     try:
-        return list(stream)
+        for item in stream:
+            read.items.append(item)
+    except Exception as exc:  # broke off mid-way (an error event, a dropped connection)
+        read.error = exc
     finally:
         close = getattr(stream, "close", None)
         if callable(close):
             close()
+    return read
 
 
-async def _drain_async(stream: Any) -> list[Any]:
+async def _drain_async(stream: Any) -> _Read:
+    read = _Read([])
     try:
-        return [item async for item in stream]
+        async for item in stream:
+            read.items.append(item)
+    except Exception as exc:
+        read.error = exc
     finally:
         close = getattr(stream, "close", None) or getattr(stream, "aclose", None)
         if callable(close):
             closing = close()
             if inspect.isawaitable(closing):
                 await closing
+    return read
 
 
-def _drain_manager(manager: Any) -> list[Any]:
+def _drain_manager(manager: Any) -> _Read:
     # the manager's helper stream adds derived events; the raw server events are what the
     # SDK rebuilds everything else from, so those are recorded
     with manager as helper:
@@ -474,7 +507,7 @@ def _drain_manager(manager: Any) -> list[Any]:
                 f"{type(helper).__qualname__} exposes no raw event stream; this SDK version is "
                 "not supported by the recipe"
             )
-        return list(raw)
+        return _drain(raw)
 
 
 def _usage(spec: StepSpec, data: Any) -> dict[str, int]:

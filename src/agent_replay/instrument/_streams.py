@@ -39,15 +39,22 @@ class ReplayStream:
     Not thread-safe (neither is the SDK's stream).
     """
 
-    def __init__(self, items: list[Any]) -> None:
+    def __init__(self, items: list[Any], error: BaseException | None = None) -> None:
         self._iterator = iter(items)
+        self._error = error
         self.response: Any = ReplayedResponse()
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        return next(self._iterator)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            error, self._error = self._error, None
+            if error is not None:  # the stream broke off here when it was recorded
+                raise error from None
+            raise
 
     def __enter__(self) -> ReplayStream:
         return self
@@ -57,14 +64,16 @@ class ReplayStream:
 
     def close(self) -> None:
         self._iterator = iter(())
+        self._error = None
         self.response.close()
 
 
 class AsyncReplayStream:
     """An asynchronous stream over recorded chunks: ``async for``, ``async with``, ``close()``."""
 
-    def __init__(self, items: list[Any]) -> None:
+    def __init__(self, items: list[Any], error: BaseException | None = None) -> None:
         self._iterator = iter(items)
+        self._error = error
         self.response: Any = ReplayedResponse()
 
     def __aiter__(self) -> AsyncIterator[Any]:
@@ -74,6 +83,9 @@ class AsyncReplayStream:
         try:
             return next(self._iterator)
         except StopIteration:
+            error, self._error = self._error, None
+            if error is not None:  # the stream broke off here when it was recorded
+                raise error from None
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> AsyncReplayStream:
@@ -84,6 +96,7 @@ class AsyncReplayStream:
 
     async def close(self) -> None:
         self._iterator = iter(())
+        self._error = None
         await self.response.aclose()
 
     aclose = close
@@ -92,16 +105,23 @@ class AsyncReplayStream:
 _CLASSES: dict[tuple[type, type], type] = {}
 
 
-def make_stream(items: list[Any], *, is_async: bool, sdk_class: type | None) -> Any:
-    """A replay stream over ``items``, an instance of ``sdk_class`` too when it is given."""
+def make_stream(
+    items: list[Any],
+    *,
+    is_async: bool,
+    sdk_class: type | None,
+    error: BaseException | None = None,
+) -> Any:
+    """A replay stream over ``items``, an instance of ``sdk_class`` too when it is given; it
+    raises ``error`` after the last item (a stream that broke off while it was read)."""
     base: type = AsyncReplayStream if is_async else ReplayStream
     if sdk_class is None:
-        return base(items)
+        return base(items, error)
     cls = _CLASSES.get((base, sdk_class))
     if cls is None:
         # our methods first in the MRO; the SDK class only lends its identity
         cls = type(f"Replay{sdk_class.__name__}", (base, sdk_class), {"__module__": __name__})
         _CLASSES[(base, sdk_class)] = cls
     stream = cls.__new__(cls)
-    base.__init__(stream, items)
+    base.__init__(stream, items, error)
     return stream
