@@ -659,3 +659,93 @@ def test_a_reply_without_a_message_is_a_policy_error_that_says_so(reply):
         agent = replayable_agent(traj, {"agent:Writer": policy})
         with pytest.raises(PolicyError, match=r"step 2 .*answered without a message"):
             replay(agent, traj, ReplayPlan.ablate_from(0))
+
+
+def openai_call(name, city, call_id):
+    arguments = json.dumps({"city": city})
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def openai_shaped_run() -> Trajectory:
+    """A planner asking for two tools and a writer, recorded in OpenAI's message shape (as
+    JSONL step records or ``from_steps`` data hold them)."""
+    calls = [
+        openai_call("get_weather", "Paris", "call_w"),
+        openai_call("get_time", "Paris", "call_t"),
+    ]
+    asked = {"role": "assistant", "content": None, "tool_calls": calls}
+    history = [{"role": "user", "content": "Weather and time in Paris?"}, asked,
+               {"role": "tool", "tool_call_id": "call_w", "content": "Rainy in Paris"},
+               {"role": "tool", "tool_call_id": "call_t", "content": "14:00 in Paris"}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="planner", inputs={"messages": history[:1]},
+                  action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"arguments": {"city": "Paris"}},
+                  action="Rainy in Paris", attributes={"tool_call_id": "call_w"}),
+        StepDraft(kind=StepKind.TOOL, name="get_time", inputs={"arguments": {"city": "Paris"}},
+                  action="14:00 in Paris", attributes={"tool_call_id": "call_t"}),
+        StepDraft(kind=StepKind.LLM, name="writer", inputs={"messages": history},
+                  action=[{"role": "assistant", "content": "Rainy, 14:00"}]),
+    ]  # fmt: skip
+    return Trajectory("oa", metadata={"source": "import:test"}).with_steps(drafts)
+
+
+@pytest.mark.parametrize("reordered", [False, True], ids=["same-order", "reordered"])
+def test_openai_shaped_calls_reach_their_tool_steps_and_keep_their_responses(reordered):
+    """A re-drawn call in OpenAI's shape (arguments as JSON text under "function") never
+    reached the tool steps, and calls were paired by position: a re-draw calling the tools
+    in another order gave each tool's result the other call's id in the writer's history."""
+    traj = openai_shaped_run()
+    calls = [openai_call("get_weather", "Berlin", "W2"), openai_call("get_time", "Rome", "T2")]
+    text = "Let me check." if reordered else None
+    redrawn = {"role": "assistant", "content": text,
+               "tool_calls": calls[::-1] if reordered else calls}  # fmt: skip
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return f"{request.step.name} in {request.inputs['arguments']['city']}"
+
+    def writer(request):
+        seen["history"] = request.inputs["messages"]
+        return [{"role": "assistant", "content": "ok"}]
+
+    policies = {"planner": ScriptedPolicy([[redrawn]]), "tool": tool, "writer": writer}
+    agent = replayable_agent(traj, policies)
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert seen["get_weather"] == {"arguments": {"city": "Berlin"}}
+    assert seen["get_time"] == {"arguments": {"city": "Rome"}}
+    assert seen["history"][1] == redrawn
+    answers = {m["tool_call_id"]: m["content"] for m in seen["history"][2:]}
+    assert answers == {"W2": "get_weather in Berlin", "T2": "get_time in Rome"}
+    assert agent.unfollowed_tool_calls == 0
+
+
+def test_an_openai_shaped_redraw_calling_other_tools_is_counted():
+    traj = openai_shaped_run()
+    other = {"role": "assistant", "content": None,
+             "tool_calls": [openai_call("get_news", "Paris", "n1")]}  # fmt: skip
+    agent = replayable_agent(traj, {"planner": ScriptedPolicy([[other]])})
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert agent.unfollowed_tool_calls == 1
+
+
+def test_the_openai_policy_answers_an_openai_shaped_recording_in_its_shape():
+    """The reply to an OpenAI-shaped recording came back in the OTel parts shape: nothing
+    downstream (the tool steps, the writer's history) could be paired with it."""
+    call_ = openai_call("get_weather", "Berlin", "call_9")
+    message = {"role": "assistant", "content": None, "tool_calls": [call_]}
+    _EmptyReply.reply = chat_completion(1, "m", message, "tool_calls", (5, 5))
+    traj = openai_shaped_run()
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return "r"
+
+    with serving(_EmptyReply) as base_url:
+        policy = OpenAIChatPolicy(base_url=base_url, api_key="k", model="m", max_retries=0)
+        result = replay(replayable_agent(traj, {"planner": policy, "tool": tool}), traj,
+                        ReplayPlan.ablate_from(0))  # fmt: skip
+    assert result.result["outputs"][0] == [message]
+    assert seen["get_weather"] == {"arguments": {"city": "Berlin"}}

@@ -31,7 +31,6 @@ from typing import Any
 
 from ..capture.context import AgentContext, StepCall
 from ..errors import AgentReplayError, RecordedStepError
-from ..mapping.messages import requested_tool_calls, tool_call_parts
 from ..model import Step, StepKind, Trajectory
 from .policies import HoldPolicy, PolicyError, ResampleRequest, as_policy, load_policy
 
@@ -189,7 +188,7 @@ def _same_shape(new: Any, old: Any) -> bool:
 
 def _tools(output: Any) -> Counter[str]:
     """The tools an LLM output asks for, with how many calls of each."""
-    return Counter(name for _, name in requested_tool_calls(output))
+    return Counter(str(_call_scope(call)[1] or "") for call in _calls(output))
 
 
 def _handled(step: Step, exc: Exception, *, last: int) -> bool:
@@ -306,7 +305,9 @@ def scoped_pairs(old: Any, new: Any, scope: Scope | None = None) -> list[Pair]:
         merged, split = _regrouped(old, new, calls)
         pairs += [(message, REMOVED, None) for message in merged]
         if split:  # the recorded message stays, each call in it rewritten by its own pairs
-            whole = {id(m) for m in split} | {id(m["parts"]) for m in split}
+            whole = {id(m) for m in split} | {
+                id(m.get("parts", m.get("tool_calls"))) for m in split
+            }
             pairs = [p for p in pairs if id(p[0]) not in whole]
     except Exception:  # odd shapes: substitute the whole output, never fail the rollout
         _log.debug("propagation fell back to the whole output", exc_info=True)
@@ -333,10 +334,73 @@ def _pair(old: Any, new: Any, out: list[Pair], scope: Scope | None) -> None:
             for key in (old.keys() & new.keys()) - {"id"}:
                 _pair(old[key], new[key], out, call)
             return
+        if _is_openai_call(old) and _is_openai_call(new):
+            _pair_openai_call(old, new, out, scope)
+            return
         for key in old.keys() & new.keys():
             _pair(old[key], new[key], out, scope)
     elif _is_seq(old) and _is_seq(new):
         _pair_items(old, new, out, scope)
+
+
+def _pair_openai_call(
+    old: Mapping[str, Any], new: Mapping[str, Any], out: list[Pair], scope: Scope | None
+) -> None:
+    """Two tool calls in OpenAI's shape (``{"id", "type": "function", "function": {"name",
+    "arguments": "<JSON text>"}}``): the arguments text, and the arguments decoded as a tool
+    step holds them (with their values), in the call's scope, as for a ``tool_call`` part."""
+    call = _call_scope(old)
+    a, b = old["function"].get("arguments"), new["function"].get("arguments")
+    out.append((a, b, call))
+    decoded_a, decoded_b = _decoded(a), _decoded(b)
+    if decoded_a is not None and decoded_b is not None:
+        _pair(decoded_a, decoded_b, out, call)
+        if not isinstance(decoded_a, str) and not isinstance(decoded_b, str):
+            out.append((json.dumps(decoded_a), json.dumps(decoded_b), call))
+    if new.get("id") and old.get("id") != new.get("id"):  # ids are unique
+        out.append((old.get("id"), new.get("id"), scope))
+    for key in (old["function"].keys() & new["function"].keys()) - {"arguments"}:
+        _pair(old["function"][key], new["function"][key], out, call)
+
+
+def _decoded(arguments: Any) -> Any:
+    """Tool-call arguments as a tool step holds them: JSON text decoded (``None`` if not)."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return None
+
+
+def _is_openai_call(value: Any) -> bool:
+    """Whether ``value`` is a tool call in OpenAI's shape (an item of ``tool_calls``)."""
+    return isinstance(value, Mapping) and isinstance(value.get("function"), Mapping)
+
+
+def _calls(messages: Any) -> list[Mapping[str, Any]]:
+    """Every tool call in an LLM output, in order: ``tool_call`` parts (the OTel shape) and
+    the items of messages' ``tool_calls`` (OpenAI's)."""
+    return [call for message in _messages(messages) for call in _call_list(message)]
+
+
+def _messages(output: Any) -> list[Any]:
+    if isinstance(output, list):
+        return output
+    return [output] if isinstance(output, Mapping) else []
+
+
+def _call_list(message: Any) -> list[Mapping[str, Any]]:
+    """The tool calls of one message, in either shape."""
+    if not isinstance(message, Mapping):
+        return []
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return [p for p in parts if isinstance(p, Mapping) and p.get("type") == "tool_call"]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        return [c for c in calls if _is_openai_call(c)]
+    return []
 
 
 def _pair_items(
@@ -389,29 +453,26 @@ def _regrouped(old: Any, new: Any, calls: list[tuple[Any, Any]]) -> tuple[list[A
     paired = {id(a) for a, _ in calls}
 
     def calls_only(message: Mapping[str, Any]) -> bool:
+        calls = _call_list(message)
         parts = message.get("parts")
-        return (
-            isinstance(parts, list)
-            and bool(parts)
-            and all(isinstance(p, Mapping) and p.get("type") == "tool_call" for p in parts)
-            and all(id(p) in paired for p in parts)
-        )
+        only = len(calls) == len(parts) if isinstance(parts, list) else not message.get("content")
+        return bool(calls) and only and all(id(c) in paired for c in calls)
 
     if len(said) > len(kept):
         return [m for m in said[len(kept) :] if calls_only(m)], []
     if len(said) < len(kept):
-        return [], [m for m in said if calls_only(m) and len(m["parts"]) > 1]
+        return [], [m for m in said if calls_only(m) and len(_call_list(m)) > 1]
     return [], []
 
 
 def _paired_calls(old: Any, new: Any) -> list[tuple[Any, Any]]:
-    """The tool-call parts of two outputs paired by tool name, in order."""
+    """The tool calls of two outputs (in either shape) paired by tool name, in order."""
     calls_new: dict[Any, list[Any]] = {}
-    for part in tool_call_parts(new):
-        calls_new.setdefault(_key(part.get("name")), []).append(part)
+    for part in _calls(new):
+        calls_new.setdefault(_key(_call_scope(part)[1]), []).append(part)
     pairs = []
-    for part in tool_call_parts(old):
-        candidates = calls_new.get(_key(part.get("name")))
+    for part in _calls(old):
+        candidates = calls_new.get(_key(_call_scope(part)[1]))
         if candidates:
             pairs.append((part, candidates.pop(0)))
     return pairs
@@ -421,8 +482,8 @@ def _kind(item: Any) -> tuple[Any, ...] | None:
     """What an item of a message list is, for pairing: ``None`` for a plain value."""
     if not isinstance(item, Mapping):
         return None
-    if item.get("type") == "tool_call":
-        return ("tool_call", _key(item.get("name")))
+    if item.get("type") == "tool_call" or _is_openai_call(item):
+        return ("tool_call", _key(_call_scope(item)[1]))
     return (_key(item.get("type")), _key(item.get("role")))
 
 
@@ -436,14 +497,16 @@ def _is_seq(value: Any) -> bool:
 
 
 def _call_scope(part: Mapping[str, Any]) -> Scope:
+    """``(id, tool name)`` of a tool call in either shape (or of a tool call response)."""
     call_id = part.get("id")
-    return (str(call_id) if call_id else None, part.get("name"))
+    name = part["function"].get("name") if _is_openai_call(part) else part.get("name")
+    return (str(call_id) if call_id else None, name)
 
 
 def _context(value: Mapping[str, Any], scope: Scope | None) -> Scope | None:
     """The scope inside ``value``: a tool call or its response names its call (one that names
     neither an id nor a tool, as some recordings' responses, is anyone's)."""
-    if value.get("type") in ("tool_call", "tool_call_response"):
+    if value.get("type") in ("tool_call", "tool_call_response") or _is_openai_call(value):
         named = _call_scope(value)
         return named if named[0] or named[1] else scope
     if value.get("tool_call_id"):  # a tool message in the OpenAI shape

@@ -371,6 +371,21 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
     """The model's reply in the shape of the recorded output."""
     text = getattr(message, "content", None) or ""
     calls = getattr(message, "tool_calls", None) or []
+    if isinstance(recorded, list) and _openai_shaped(recorded):  # OpenAI messages
+        reply: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+        if calls:
+            reply["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": call.function.arguments,
+                    },
+                }
+                for call in calls
+            ]
+        return [reply]
     if isinstance(recorded, list):  # OTel output messages
         parts: list[dict[str, Any]] = []
         if text:
@@ -392,6 +407,15 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
     if isinstance(recorded, Mapping) and "content" in recorded:
         return {**recorded, "content": text}
     return text
+
+
+def _openai_shaped(messages: list[Any]) -> bool:
+    """Whether recorded output messages are OpenAI's (``content`` / ``tool_calls``) rather
+    than the OTel parts shape."""
+    said = [m for m in messages if isinstance(m, Mapping)]
+    return bool(said) and all(
+        "parts" not in m and ("content" in m or "tool_calls" in m) for m in said
+    )
 
 
 # -- choosing policies -------------------------------------------------------------------------
