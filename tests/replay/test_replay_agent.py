@@ -749,3 +749,65 @@ def test_the_openai_policy_answers_an_openai_shaped_recording_in_its_shape():
                         ReplayPlan.ablate_from(0))  # fmt: skip
     assert result.result["outputs"][0] == [message]
     assert seen["get_weather"] == {"arguments": {"city": "Berlin"}}
+
+
+def formatted_result_run(call_id, openai_shape=False) -> Trajectory:
+    """A tool whose result the app formats before sending it to the model ("rainy, 57F" for
+    ``{"temp_f": 57, ...}``): no substitution by value can find it in the later history."""
+    if openai_shape:
+        asked = {"role": "assistant", "content": None,
+                 "tool_calls": [openai_call("get_weather", "Paris", call_id or "x")]}  # fmt: skip
+        answer = {"role": "tool", "tool_call_id": call_id, "content": "rainy, 57F"}
+    else:
+        asked = {"role": "assistant", "parts": [call("get_weather", {"city": "Paris"}, call_id)]}
+        answer = {"role": "tool", "parts": [response("rainy, 57F", call_id)]}
+    attributes = {"tool_call_id": call_id} if call_id else {}
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "Paris"},
+                  action={"temp_f": 57, "conditions": "rainy"}, attributes=attributes),
+        StepDraft(kind=StepKind.LLM, name="final", inputs={"messages": [asked, answer]},
+                  action="It is rainy."),
+    ]  # fmt: skip
+    return Trajectory("f", metadata={"source": "import:test"}).with_steps(drafts)
+
+
+@pytest.mark.parametrize("openai_shape", [False, True], ids=["parts", "openai"])
+def test_a_redrawn_tool_result_replaces_a_formatted_response_to_its_call(openai_shape):
+    """The response with the tool step's call id held text the app made of the result: the
+    re-drawn result never reached the next model call (it saw "rainy, 57F" whatever the tool
+    answered). The response is now the new result, as JSON text."""
+    traj = formatted_result_run("call_1", openai_shape)
+    new = {"temp_f": 50, "conditions": "foggy"}
+    seen = redraw_first_tool(traj, new)
+    answer = seen["messages"][-1]
+    held = answer["content"] if openai_shape else answer["parts"][0]["response"]
+    assert held == json.dumps(new)
+
+
+def redraw_first_tool(traj, result):
+    """The last step's inputs when the tool step is re-drawn to ``result``."""
+    seen = {}
+
+    def final(request):
+        seen.update(request.inputs)
+        return "ok"
+
+    policies = {"tool": lambda request: result, "final": final}
+    replay(replayable_agent(traj, policies), traj, ReplayPlan.ablate_from(1))
+    return seen
+
+
+def test_a_redrawn_tool_result_that_reaches_no_later_step_is_counted_and_warned_about():
+    """Without a call id the formatted response cannot be matched: attribution scored the
+    tool's re-draws as having no effect, silently."""
+    traj = formatted_result_run(None)
+    agent = replayable_agent(traj, {"tool": lambda request: {"temp_f": 50}})
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.unreached_tool_results > 0
+    assert any("re-drawn tool result(s) reached no later step" in w for w in result.warnings)
+    reached = formatted_result_run("call_1")
+    agent = replayable_agent(reached, {"tool": lambda request: {"temp_f": 50}})
+    result = attribute(reached, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.unreached_tool_results == 0
+    assert not any("reached no later step" in w for w in result.warnings)

@@ -124,6 +124,7 @@ def attribute(
     started = time.perf_counter()
     unfollowed_before = getattr(agent, "unfollowed_tool_calls", 0)
     misshaped_before = getattr(agent, "misshaped_outputs", 0)
+    unreached_before = getattr(agent, "unreached_tool_results", 0)
     n = len(trajectory.steps)
     engine = RolloutEngine(
         trajectory,
@@ -392,6 +393,15 @@ def attribute(
             "list of messages, say); later steps could not be changed by them, so those "
             "rollouts do not follow the re-draw: check the resample policy's return value "
             "(ScriptedPolicy([messages]) for a message list)"
+        )
+    unreached = getattr(agent, "unreached_tool_results", 0) - unreached_before
+    if unreached:
+        warnings.append(
+            f"{unreached} re-drawn tool result(s) reached no later step: the later histories "
+            "hold the recorded result in another form (a formatted text, say) in a response "
+            "without the tool step's call id, so those rollouts do not follow the re-draw "
+            "and the tool's effect is underestimated: import the trace with the tool call "
+            "ids, or attribute the agent's own code (a native recording)"
         )
     in_force = engine.limits
     if engine.cost.stopped:

@@ -15,7 +15,8 @@ text outputs at least ``MIN_SUBSTRING`` characters long (shorter texts like "ok"
 replaced where they are the whole value, to avoid rewriting unrelated words). A structured
 old output (an object or a list) also replaces a text that is its JSON encoding, with the new
 output's text: an OTel tool result is JSON text that the tool step holds decoded and later
-chat histories hold as it was sent.
+chat histories hold as it was sent. A re-drawn tool's result also becomes the content of the
+response with its call id, whatever text that held (an app's formatting of the result).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .policies import HoldPolicy, PolicyError, ResampleRequest, as_policy, load_
 
 __all__ = [
     "MIN_SUBSTRING",
+    "RESPONSE",
     "ReplayAgent",
     "propagation_pairs",
     "replayable_agent",
@@ -100,6 +102,7 @@ class ReplayAgent:
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
         self._unfollowed = 0
         self._misshaped = 0
+        self._unreached = 0
         self._lock = threading.Lock()
 
     @property
@@ -108,6 +111,14 @@ class ReplayAgent:
         message dict where the recording has a list of messages, say): nothing downstream can
         be paired with them, so the change does not reach later steps; ``attribute`` warns."""
         return self._misshaped
+
+    @property
+    def unreached_tool_results(self) -> int:
+        """How many re-drawn tool results so far reached no later step although an LLM step
+        came after them: the later histories hold the result in a form the replay could not
+        find (a formatted text, in a response without the step's call id), so those rollouts
+        do not follow the re-draw; ``attribute`` warns."""
+        return self._unreached
 
     @property
     def unfollowed_tool_calls(self) -> int:
@@ -123,6 +134,8 @@ class ReplayAgent:
     def __call__(self, ctx: AgentContext, *args: Any, **task: Any) -> Any:
         pairs: list[Pair] = []
         outputs: list[Any] = []
+        # re-drawn tool steps whose new result no later step took yet: their pairs' indices
+        unreached: dict[int, range] = {}
         steps = self.trajectory.steps
         while len(outputs) < len(steps):
             if ctx.position > len(outputs):
@@ -132,7 +145,10 @@ class ReplayAgent:
                 continue
             step, entry = steps[len(outputs)], self._policies[len(outputs)]
             own = _step_scope(step)
-            inputs = rewrite(step.inputs, pairs, own) if pairs else step.inputs
+            used: set[int] = set()
+            inputs = rewrite(step.inputs, pairs, own, used=used) if pairs else step.inputs
+            if used and unreached:  # a re-drawn tool result reached this step
+                unreached = {i: span for i, span in unreached.items() if used.isdisjoint(span)}
             usage: dict[str, Any] = {}
             produce = (
                 None
@@ -161,13 +177,24 @@ class ReplayAgent:
                     # a tool's new result is its own call's: another call's equal result
                     # is not changed with it
                     scope = own if own is not None and own[0] else None
+                    first = len(pairs)
                     pairs.extend(scoped_pairs(step.output, output, scope))
+                    if scope is not None:
+                        # the response to its call, by id, whatever text it holds
+                        pairs.append((RESPONSE, output, scope))
+                    if step.kind is StepKind.TOOL:
+                        unreached[step.index] = range(first, len(pairs))
                 if step.kind is StepKind.LLM and not _same_shape(output, step.output):
                     with self._lock:
                         self._misshaped += 1
                 elif step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
                     with self._lock:
                         self._unfollowed += 1
+        llm = [s.index for s in steps if s.kind is StepKind.LLM]
+        lost = sum(1 for i in unreached if llm and llm[-1] > i)
+        if lost:
+            with self._lock:
+                self._unreached += lost
         return self.assemble(outputs)
 
 
@@ -524,62 +551,131 @@ def _applies(pair: Scope | None, here: Scope | None) -> bool:
     return pair[1] is not None and pair[1] == here[1]
 
 
-def rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None = None) -> Any:
+def rewrite(
+    value: Any,
+    pairs: Sequence[tuple[Any, ...]],
+    scope: Scope | None = None,
+    *,
+    used: set[int] | None = None,
+) -> Any:
     """``value`` with every old output replaced by its new one (see the module docstring);
     ``pairs`` are ``(old, new)`` or ``(old, new, scope)``, ``scope`` is where ``value`` sits
     (a tool step's own call). A message merged away by the re-draw is dropped from the lists
-    it is in, and left where it is anything else."""
-    result = _rewrite(value, pairs, scope)
+    it is in, and left where it is anything else. A pair whose old value is :data:`RESPONSE`
+    gives the content of the tool call response of its scope's call id the new result,
+    whatever it held. ``used`` collects the indices of the pairs that changed something."""
+    result = _rewrite(value, pairs, scope, set() if used is None else used)
     return value if result is REMOVED else result
 
 
-def _rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None) -> Any:
-    active = [(p[0], p[1]) for p in pairs if _applies(p[2] if len(p) > 2 else None, scope)]
-    for old, new in active:
+def _rewrite(
+    value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None, used: set[int]
+) -> Any:
+    active = [
+        (i, p[0], p[1])
+        for i, p in enumerate(pairs)
+        if _applies(p[2] if len(p) > 2 else None, scope)
+    ]
+    for i, old, new in active:
         if type(value) is type(old) and value == old:
+            used.add(i)
             return new
     if isinstance(value, str):
-        encoded = _encoded(value, active)
-        return _replace_text(value, active) if encoded is None else encoded
+        encoded = _encoded(value, active, used)
+        return _replace_text(value, active, used) if encoded is None else encoded
     if isinstance(value, Mapping):
         inner = _context(value, scope)
-        return {k: rewrite(v, pairs, inner) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            item = _rewrite(v, pairs, inner, used)
+            out[k] = v if item is REMOVED else item
+        _respond(value, out, inner, pairs, used)
+        return out
     if isinstance(value, list):
-        items = (_rewrite(v, pairs, scope) for v in value)
+        items = (_rewrite(v, pairs, scope, used) for v in value)
         return [item for item in items if item is not REMOVED]
     if isinstance(value, tuple):
-        return tuple(rewrite(v, pairs, scope) for v in value)
+        items = (_rewrite(v, pairs, scope, used) for v in value)
+        return tuple(v if item is REMOVED else item for v, item in zip(value, items, strict=True))
     return value
 
 
-def _encoded(value: str, pairs: Sequence[tuple[Any, Any]]) -> str | None:
+class _Response:
+    """The old value of a pair that answers a tool call: see :func:`rewrite`."""
+
+    def __repr__(self) -> str:
+        return "RESPONSE"
+
+
+RESPONSE = _Response()
+
+
+def _respond(
+    value: Mapping[str, Any],
+    out: dict[str, Any],
+    here: Scope | None,
+    pairs: Sequence[tuple[Any, ...]],
+    used: set[int],
+) -> None:
+    """A tool call response (an OTel ``tool_call_response`` part, an OpenAI ``role: tool``
+    message) of a call whose tool was re-drawn, matched by call id: its content is the new
+    result, as the text it holds (JSON text for a structured result) - an app often sends
+    the model a formatted result that no substitution by value can find."""
+    if here is None or not here[0]:
+        return
+    if value.get("type") == "tool_call_response":
+        key = "response" if "response" in value or "result" not in value else "result"
+    elif value.get("role") == "tool" and value.get("tool_call_id"):
+        key = "content"
+    else:
+        return
+    for i, pair in enumerate(pairs):
+        if pair[0] is not RESPONSE or len(pair) < 3 or not pair[2] or pair[2][0] != here[0]:
+            continue
+        held, new = value.get(key), pair[1]
+        if isinstance(held, str):
+            if not isinstance(new, str):
+                try:
+                    new = json.dumps(new, ensure_ascii=False)
+                except (TypeError, ValueError):
+                    new = str(new)
+        elif key == "content" or held is None:
+            continue  # OpenAI content parts, or nothing recorded: left as they are
+        out[key] = new
+        used.add(i)
+
+
+def _encoded(value: str, pairs: Sequence[tuple[int, Any, Any]], used: set[int]) -> str | None:
     """The new output's text when ``value`` is the JSON text of a structured old output."""
     if value.lstrip()[:1] not in ("{", "["):
         return None
-    structured = [(old, new) for old, new in pairs if isinstance(old, (Mapping, list))]
+    structured = [(i, old, new) for i, old, new in pairs if isinstance(old, (Mapping, list))]
     if not structured:
         return None
     try:
         decoded = json.loads(value)
     except ValueError:
         return None
-    for old, new in structured:
+    for i, old, new in structured:
         if isinstance(decoded, list) is isinstance(old, list) and decoded == old:
             if isinstance(new, str):
+                used.add(i)
                 return new
             try:
-                return json.dumps(new, ensure_ascii=False)
+                text = json.dumps(new, ensure_ascii=False)
             except (TypeError, ValueError):  # not JSON: the text stays as recorded
                 return None
+            used.add(i)
+            return text
     return None
 
 
-def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
+def _replace_text(value: str, pairs: Sequence[tuple[int, Any, Any]], used: set[int]) -> str:
     """Occurrences of old texts in ``value`` replaced all at once (one after the other, a swap
     of two texts would undo itself), longest first where they overlap."""
     texts = {
-        old: new
-        for old, new in pairs
+        old: (i, new)
+        for i, old, new in pairs
         if isinstance(old, str)
         and isinstance(new, str)
         and len(old) >= MIN_SUBSTRING
@@ -588,4 +684,10 @@ def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
     if not texts:
         return value
     pattern = re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True))))
-    return pattern.sub(lambda match: texts[match.group(0)], value)
+
+    def replaced(match: re.Match[str]) -> str:
+        i, new = texts[match.group(0)]
+        used.add(i)
+        return new
+
+    return pattern.sub(replaced, value)
