@@ -1,4 +1,5 @@
 import json
+import random
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
@@ -12,6 +13,7 @@ from agent_replay.replay.policies import (
     HoldPolicy,
     OpenAIChatPolicy,
     PolicyError,
+    ResampleRequest,
     ScriptedPolicy,
 )
 from fake_openai import chat_completion, send_json, serving
@@ -811,3 +813,37 @@ def test_a_redrawn_tool_result_that_reaches_no_later_step_is_counted_and_warned_
     result = attribute(reached, agent=agent, verifier=lambda r: 0.0, budget=20)
     assert agent.unreached_tool_results == 0
     assert not any("reached no later step" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("script", "weights", "message"),
+    [
+        ([], None, "empty list"),
+        ({"plan": []}, None, r"entry 'plan' is an empty list"),
+        (["a", "b"], [-1.0, 2.0], "at least 0"),
+        (["a", "b"], [0, 0], "not all be 0"),
+        (["a", "b"], [float("nan"), 1.0], "finite"),
+        (["a", "b"], [1.0], "1 weights for the 2 alternatives"),
+    ],
+)
+def test_a_script_with_nothing_to_draw_or_bad_weights_is_refused(script, weights, message):
+    """ScriptedPolicy([]) served the recorded output (scored as no effect); weights like
+    [-1.0, 2.0] were accepted, and a wrong number failed only inside the rollout."""
+    with pytest.raises(ValueError, match=message):
+        ScriptedPolicy(script, weights=weights)
+
+
+def test_a_step_a_script_table_has_no_entry_for_is_held_and_flagged():
+    """A mapping without the step's entry served its recorded output as a re-draw: the step
+    was scored (+0.00) as if its re-draws changed nothing."""
+    traj = group_chat()
+    table = ScriptedPolicy({"Planner.reply": [[parts("assistant", "x")]], 2: lambda r: "y"})
+    agent = replayable_agent(traj, {"*": table})
+    assert agent.observation_only == (1,)
+    assert not table.covers(traj.steps[1]) and table.covers(traj.steps[2])
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert result.steps[1].observation_only and result.steps[1].effect is None
+    assert any("no entry in its ScriptedPolicy table" in w for w in result.warnings)
+    request = ResampleRequest(step=traj.steps[1], inputs=None, rng=random.Random(0))
+    with pytest.raises(PolicyError, match=r"step 1 .*has no entry for it"):
+        table.resample(request)

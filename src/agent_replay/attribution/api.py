@@ -212,7 +212,8 @@ def attribute(
         fixed = sorted(observation_only - by_policy)
         warnings.append(
             f"{len(fixed)} step(s) cannot be re-drawn (side effects, recorded as "
-            "not re-drawable, no resample policy, or no recorded content) "
+            "not re-drawable, no resample policy or no entry in its ScriptedPolicy table, "
+            "or no recorded content) "
             f"and are held in every rollout: {fixed}; they are not scored"
         )
     if by_policy:

@@ -61,7 +61,8 @@ def default_assemble(outputs: list[Any]) -> dict[str, Any]:
 class ReplayAgent:
     """``agent(ctx, **task)`` that re-issues a trajectory's steps (see the module docstring).
 
-    ``observation_only`` lists the steps it holds in every run: those with no policy, side
+    ``observation_only`` lists the steps it holds in every run: those with no policy (or
+    whose policy does not cover them: a ``ScriptedPolicy`` table without their entry), side
     effects, or no recorded content (the capture report's ``steps_without_content``).
     ``held_by_policy`` lists the steps whose policy is a :class:`HoldPolicy`: re-drawn as
     recorded, so attribution holds them too, and does not score them.
@@ -89,6 +90,7 @@ class ReplayAgent:
                 or step.side_effects
                 or not step.resamplable
                 or (step.inputs is None and step.action is None)
+                or not _covers(policies[key], step)
             )
             self._policies.append(None if fixed else (key, as_policy(policies[key])))
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
@@ -196,6 +198,13 @@ class ReplayAgent:
             with self._lock:
                 self._unreached += lost
         return self.assemble(outputs)
+
+
+def _covers(policy: Any, step: Step) -> bool:
+    """Whether ``policy`` can re-draw ``step``: a policy with ``covers(step)`` (a
+    :class:`ScriptedPolicy` table) may have no entry for it; such a step has no policy."""
+    covers = getattr(policy, "covers", None)
+    return True if covers is None else bool(covers(step))
 
 
 def _step_scope(step: Step) -> Scope | None:

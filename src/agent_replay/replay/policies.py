@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -80,33 +81,88 @@ class HoldPolicy:
 
 class ScriptedPolicy:
     """Outputs from a script: a list of alternatives (drawn with ``weights``), a function of
-    the request, or a mapping from step name (or index) to either. A list is always a list of
-    alternatives: an output that is itself a list (an OTel message list) is written
-    ``[messages]``."""
+    the request, or a mapping from step name (or index, ``"agent:<name>"``, kind, ``"*"``) to
+    either. A list is always a list of alternatives: an output that is itself a list (an OTel
+    message list) is written ``[messages]``.
+
+    An empty list of alternatives, or weights that are negative, not finite, all zero or not
+    one per alternative, are refused here (``ValueError``). A step the mapping has no entry
+    for is not covered (:meth:`covers`): the replay agent holds it and flags it like a step
+    without a policy, rather than serve its recorded output as a re-draw (which attribution
+    would score as having no effect); asked to re-draw it anyway, it raises
+    :class:`PolicyError`."""
 
     def __init__(self, script: Any, *, weights: Sequence[float] | None = None) -> None:
         self.script = script
-        self.weights = weights
+        self.weights = None if weights is None else _checked_weights(weights)
+        entries = script.items() if isinstance(script, Mapping) else [(None, script)]
+        for key, entry in entries:
+            where = "the script" if key is None else f"the script's entry {key!r}"
+            if _alternatives(entry):
+                if not entry:
+                    raise ValueError(
+                        f"ScriptedPolicy: {where} is an empty list: it has no output to draw "
+                        "(a list is a list of alternatives; an empty output is written [[]])"
+                    )
+                if self.weights is not None and len(self.weights) != len(entry):
+                    raise ValueError(
+                        f"ScriptedPolicy: {len(self.weights)} weights for the "
+                        f"{len(entry)} alternatives of {where}: give one weight per alternative"
+                    )
 
-    def resample(self, request: ResampleRequest) -> Any:
+    def _entry(self, step: Step) -> Any:
         entry = self.script
         if isinstance(entry, Mapping):
-            step = request.step
             for key in (step.name, step.index, f"agent:{step.agent}", step.kind.value, "*"):
                 if key in entry:
-                    entry = entry[key]
-                    break
-            else:
-                return request.step.output
+                    return entry[key]
+            return _MISSING
+        return entry
+
+    def covers(self, step: Step) -> bool:
+        """Whether the script has an entry for ``step`` (a mapping may not)."""
+        return self._entry(step) is not _MISSING
+
+    def resample(self, request: ResampleRequest) -> Any:
+        step = request.step
+        entry = self._entry(step)
+        if entry is _MISSING:
+            raise PolicyError(
+                f"step {step.index} ({step.label}): the ScriptedPolicy table has no entry for "
+                f"it (keys tried: {step.name!r}, {step.index}, 'agent:{step.agent}', "
+                f"{step.kind.value!r}, '*')"
+            )
         if callable(entry):
             return entry(request)
-        if isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
-            if not entry:
-                return request.step.output
+        if _alternatives(entry):
             if self.weights is not None:
                 return request.rng.choices(list(entry), weights=self.weights)[0]
             return entry[request.rng.randrange(len(entry))]
         return entry
+
+
+_MISSING = object()
+
+
+def _alternatives(entry: Any) -> bool:
+    """Whether a script entry is a list of alternatives (not text, not a function)."""
+    return (
+        isinstance(entry, Sequence)
+        and not isinstance(entry, (str, bytes, bytearray))
+        and not callable(entry)
+    )
+
+
+def _checked_weights(weights: Sequence[float]) -> list[float]:
+    values = list(weights)
+    for w in values:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"ScriptedPolicy: weights must be finite numbers of at least 0; got {values!r}"
+            )
+    if not sum(values) > 0:
+        raise ValueError(f"ScriptedPolicy: weights must not all be 0; got {values!r}")
+    return values
 
 
 class OpenAIChatPolicy:
