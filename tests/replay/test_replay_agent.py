@@ -847,3 +847,31 @@ def test_a_step_a_script_table_has_no_entry_for_is_held_and_flagged():
     request = ResampleRequest(step=traj.steps[1], inputs=None, rng=random.Random(0))
     with pytest.raises(PolicyError, match=r"step 1 .*has no entry for it"):
         table.resample(request)
+
+
+def test_a_connection_error_names_the_endpoint_it_tried():
+    """ "APIConnectionError: Connection error." did not say which server was tried."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    traj = group_chat()
+    policy = OpenAIChatPolicy(base_url=url, api_key="k", model="m", max_retries=0, timeout=5)
+    agent = replayable_agent(traj, {"agent:Writer": policy})
+    with pytest.raises(PolicyError, match=rf"APIConnectionError: .*\(endpoint {url}/?\)"):
+        replay(agent, traj, ReplayPlan.ablate_from(0))
+
+
+def test_an_openai_policy_without_an_endpoint_or_a_key_is_refused(monkeypatch):
+    """Without a base URL it called api.openai.com with a dummy key: every re-draw failed
+    with "Connection error." (offline) or 401, far from where the policy was made."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(PolicyError, match="no endpoint: pass base_url= or set OPENAI_BASE_URL"):
+        OpenAIChatPolicy(model="m")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    assert OpenAIChatPolicy(model="m").endpoint == "https://api.openai.com/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
+    assert OpenAIChatPolicy(model="m").endpoint == "http://localhost:8000/v1"

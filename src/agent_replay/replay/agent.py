@@ -265,9 +265,13 @@ def _producer(
         except AgentReplayError:
             raise
         except Exception as exc:
+            # a policy that asks a server names it (an OpenAIChatPolicy's base URL): a
+            # connection error says nothing of where it tried
+            endpoint = getattr(getattr(policy, "__self__", policy), "endpoint", None)
             raise PolicyError(
                 f"step {step.index} ({step.label}): resample policy {name!r} "
                 f"failed: {type(exc).__name__}: {exc}"
+                + (f" (endpoint {endpoint})" if isinstance(endpoint, str) else "")
             ) from exc
 
     return produce

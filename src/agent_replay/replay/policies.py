@@ -200,12 +200,29 @@ class OpenAIChatPolicy:
         self.max_tokens = max_tokens
         self.instructions = instructions
         self._client = client
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if client is None and not base_url and not api_key:
+            # the client would call api.openai.com with a dummy key: every re-draw fails,
+            # and the error ("Connection error.") does not say where it tried
+            raise PolicyError(
+                "OpenAIChatPolicy has no endpoint: pass base_url= or set OPENAI_BASE_URL to "
+                "an OpenAI-compatible server (vLLM, Ollama, ...); for api.openai.com itself, "
+                "set OPENAI_API_KEY"
+            )
         self._client_args = {
-            "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
-            "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            "base_url": base_url,
+            "api_key": api_key or "not-needed",
             "timeout": timeout,
             "max_retries": max_retries,
         }
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL re-draws are asked of (named in the errors a failed request raises)."""
+        if self._client is not None:
+            return str(getattr(self._client, "base_url", None) or "a client passed in")
+        return str(self._client_args["base_url"] or "https://api.openai.com/v1")
 
     @property
     def client(self) -> Any:
