@@ -875,3 +875,20 @@ def test_an_openai_policy_without_an_endpoint_or_a_key_is_refused(monkeypatch):
     assert OpenAIChatPolicy(model="m").endpoint == "https://api.openai.com/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
     assert OpenAIChatPolicy(model="m").endpoint == "http://localhost:8000/v1"
+
+
+def test_a_model_swap_on_a_step_without_content_says_why_a_policy_does_not_help():
+    """fork --model on a step imported without content said "give it a resample policy"
+    when it had one: no policy can re-draw a step with neither inputs nor output."""
+    from agent_replay import fork
+
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs=None, action=None),
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action="a"),
+    ]
+    traj = Trajectory("nc", metadata={"source": "import:test"}).with_steps(drafts)
+    agent = replayable_agent(traj, {"*": lambda request: "b"})
+    with pytest.raises(PlanError, match="recorded without content") as raised:
+        fork(agent, traj, at_step=0, model="m2")
+    assert "give it a resample policy" not in str(raised.value)
+
