@@ -892,3 +892,16 @@ def test_a_model_swap_on_a_step_without_content_says_why_a_policy_does_not_help(
         fork(agent, traj, at_step=0, model="m2")
     assert "give it a resample policy" not in str(raised.value)
 
+
+def test_a_reply_without_choices_is_shown_whole_in_the_error():
+    """The reply was cut at 200 characters of its repr, mid-field."""
+    _EmptyReply.reply = chat_completion(1, "m", {"role": "assistant"}, "stop", (11, 7))
+    _EmptyReply.reply["choices"] = []
+    traj = group_chat()
+    with serving(_EmptyReply) as base_url:
+        policy = OpenAIChatPolicy(base_url=base_url, api_key="k", model="m", max_retries=0)
+        agent = replayable_agent(traj, {"agent:Writer": policy})
+        with pytest.raises(PolicyError) as raised:
+            replay(agent, traj, ReplayPlan.ablate_from(0))
+    text = str(raised.value).split("no choices in its reply: ")[1]
+    assert json.loads(text.split(" (endpoint ")[0][:-1])["usage"]["total_tokens"] == 18

@@ -279,11 +279,28 @@ class OpenAIChatPolicy:
         choices = getattr(response, "choices", None)
         message = getattr(choices[0], "message", None) if choices else None
         if message is None:
+            missing = "no choices" if not choices else "no message in choices[0]"
             raise PolicyError(
                 f"step {step.index} ({step.label}): the endpoint answered without a message "
-                f"(no choices[0].message in its reply: {str(response)[:200]})"
+                f"({missing} in its reply: {_reply_text(response)})"
             )
         return shape_like(step.output, message, choices[0].finish_reason)
+
+
+def _reply_text(response: Any, limit: int = 500) -> str:
+    """A reply for an error message: its JSON without the empty fields, whole or cut with
+    a note of its length (a repr cut at a fixed length ended mid-field)."""
+    try:
+        data = response.model_dump(exclude_none=True)
+    except Exception:  # not a pydantic model (a client passed in)
+        data = response
+    try:
+        text = json.dumps(data, default=repr, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(data)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 # -- message conversion --------------------------------------------------------------------
