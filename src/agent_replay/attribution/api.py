@@ -10,6 +10,7 @@ from typing import Any
 from ..capture.run import Verifier
 from ..errors import FailedRunError, SuccessfulRunError, UnfaithfulReplayError
 from ..model import Trajectory
+from ..replay.agent import following_counts, unfollowed_warnings
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
@@ -122,9 +123,7 @@ def attribute(
     if rollouts is None:
         rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
     started = time.perf_counter()
-    unfollowed_before = getattr(agent, "unfollowed_tool_calls", 0)
-    misshaped_before = getattr(agent, "misshaped_outputs", 0)
-    unreached_before = getattr(agent, "unreached_tool_results", 0)
+    followed_before = following_counts(agent)
     n = len(trajectory.steps)
     engine = RolloutEngine(
         trajectory,
@@ -379,31 +378,7 @@ def attribute(
             )
     parts["repair"] = engine.cost.live_steps - parts["search"] - parts["shapley"]
 
-    unfollowed = getattr(agent, "unfollowed_tool_calls", 0) - unfollowed_before
-    if unfollowed:
-        warnings.append(
-            f"{unfollowed} re-drawn LLM step(s) asked for other tool calls than the recorded "
-            "ones (another tool, or more or fewer calls); the replay agent re-issues the "
-            "recorded steps, so those rollouts do not follow the change: attribute the "
-            "agent's own code (a native recording) to follow it"
-        )
-    misshaped = getattr(agent, "misshaped_outputs", 0) - misshaped_before
-    if misshaped:
-        warnings.append(
-            f"{misshaped} re-drawn LLM output(s) were not shaped like the recorded output (a "
-            "list of messages, say); later steps could not be changed by them, so those "
-            "rollouts do not follow the re-draw: check the resample policy's return value "
-            "(ScriptedPolicy([messages]) for a message list)"
-        )
-    unreached = getattr(agent, "unreached_tool_results", 0) - unreached_before
-    if unreached:
-        warnings.append(
-            f"{unreached} re-drawn tool result(s) reached no later step: the later histories "
-            "hold the recorded result in another form (a formatted text, say) in a response "
-            "without the tool step's call id, so those rollouts do not follow the re-draw "
-            "and the tool's effect is underestimated: import the trace with the tool call "
-            "ids, or attribute the agent's own code (a native recording)"
-        )
+    warnings += unfollowed_warnings(agent, followed_before)
     in_force = engine.limits
     if engine.cost.stopped:
         waited = in_force.seconds is not None and engine.concurrency > 1

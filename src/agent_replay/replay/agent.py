@@ -207,6 +207,51 @@ def _covers(policy: Any, step: Step) -> bool:
     return True if covers is None else bool(covers(step))
 
 
+def following_counts(agent: Any) -> tuple[int, int, int]:
+    """A replay agent's counts of re-draws later steps could not follow (unfollowed tool
+    calls, misshaped outputs, unreached tool results); zeros for any other agent."""
+    return (
+        getattr(agent, "unfollowed_tool_calls", 0),
+        getattr(agent, "misshaped_outputs", 0),
+        getattr(agent, "unreached_tool_results", 0),
+    )
+
+
+def unfollowed_warnings(
+    agent: Any, before: tuple[int, int, int], *, runs: str = "those rollouts do"
+) -> list[str]:
+    """Warnings for the re-draws that ``agent``'s runs since ``before`` (its
+    :func:`following_counts` then) could not follow; ``runs`` names those runs (with the
+    verb: "the branch does")."""
+    unfollowed, misshaped, unreached = (
+        now - then for now, then in zip(following_counts(agent), before, strict=True)
+    )
+    warnings = []
+    if unfollowed:
+        warnings.append(
+            f"{unfollowed} re-drawn LLM step(s) asked for other tool calls than the recorded "
+            "ones (another tool, or more or fewer calls); the replay agent re-issues the "
+            f"recorded steps, so {runs} not follow the change: use the "
+            "agent's own code (a native recording) to follow it"
+        )
+    if misshaped:
+        warnings.append(
+            f"{misshaped} re-drawn LLM output(s) were not shaped like the recorded output (a "
+            "list of messages, say); later steps could not be changed by them, so "
+            f"{runs} not follow the re-draw: check the resample policy's return value "
+            "(ScriptedPolicy([messages]) for a message list)"
+        )
+    if unreached:
+        warnings.append(
+            f"{unreached} re-drawn tool result(s) reached no later step: the later histories "
+            "hold the recorded result in another form (a formatted text, say) in a response "
+            f"without the tool step's call id, so {runs} not follow the re-draw "
+            "and the tool's effect is underestimated: import the trace with the tool call "
+            "ids, or use the agent's own code (a native recording)"
+        )
+    return warnings
+
+
 def _step_scope(step: Step) -> Scope | None:
     """The call a tool step answers, ``(id, tool name)``; ``None`` for other steps."""
     if step.kind is not StepKind.TOOL:
