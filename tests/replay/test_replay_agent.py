@@ -905,3 +905,44 @@ def test_a_reply_without_choices_is_shown_whole_in_the_error():
             replay(agent, traj, ReplayPlan.ablate_from(0))
     text = str(raised.value).split("no choices in its reply: ")[1]
     assert json.loads(text.split(" (endpoint ")[0][:-1])["usage"]["total_tokens"] == 18
+
+
+def test_openai_shaped_calls_merged_or_spread_by_the_redraw_stay_answered_once():
+    """The regrouping of calls (see the OTel-shaped tests above) in OpenAI's shape: calls the
+    recording has in two messages and the re-draw in one reach their tool steps and show once
+    in later histories; calls spread over two messages leave the recorded one, rewritten."""
+    hello = {"role": "assistant", "content": None,
+             "tool_calls": [openai_call("HelloTool", "Bob", "h1")]}  # fmt: skip
+    bye = {"role": "assistant", "content": None,
+           "tool_calls": [openai_call("ByeTool", "Bobby", "b1")]}  # fmt: skip
+    calls = [openai_call("HelloTool", "Alice", "h2"), openai_call("ByeTool", "Carol", "b2")]
+    both = {"role": "assistant", "content": None, "tool_calls": calls}
+    said = [{"role": "tool", "tool_call_id": "h1", "content": "hi"},
+            {"role": "tool", "tool_call_id": "b1", "content": "bye"}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[hello, bye]),
+        StepDraft(kind=StepKind.TOOL, name="HelloTool", inputs={"city": "Bob"}, action="hi",
+                  attributes={"tool_call_id": "h1"}),
+        StepDraft(kind=StepKind.TOOL, name="ByeTool", inputs={"city": "Bobby"}, action="bye",
+                  attributes={"tool_call_id": "b1"}),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [hello, said[0], bye, said[1]]}),
+    ]  # fmt: skip
+    traj = Trajectory("m", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = redraw_first(traj, [both], tool=lambda request: f"to {request.inputs['city']}")
+    assert seen[1] == {"city": "Alice"} and seen[2] == {"city": "Carol"}
+    assert seen[3]["messages"] == [
+        both,
+        {"role": "tool", "tool_call_id": "h2", "content": "to Alice"},
+        {"role": "tool", "tool_call_id": "b2", "content": "to Carol"},
+    ]
+    # the other way round: the recorded message stays, each call in it rewritten
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=[both]),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [both, *said]}),
+    ]  # fmt: skip
+    traj = Trajectory("s", metadata={"source": "import:test"}).with_steps(drafts)
+    history = redraw_first(traj, [hello, bye])[1]["messages"]
+    assert history[0]["tool_calls"] == hello["tool_calls"] + bye["tool_calls"]
+    assert len(history) == 3
