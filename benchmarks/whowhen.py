@@ -173,7 +173,7 @@ def model_surrogate(base_url: str, model: str, api_key: str | None) -> OpenAICha
 def counterfactual(
     runs: list[Trajectory], policy_for, budget: float, label: str
 ) -> tuple[list[tuple[Any, Any]], dict[str, float]]:
-    predictions, costs, decided = [], [], 0
+    predictions, costs, decided, errors = [], [], 0, 0
     started = time.perf_counter()
     for i, run in enumerate(runs, 1):
         truth = str(run.metadata["whowhen"].get("ground_truth") or "")
@@ -186,6 +186,7 @@ def counterfactual(
         except Exception as exc:  # a run the surrogate cannot make fail
             print(f"  {run.session_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
             predictions.append((None, None))
+            errors += 1
             continue
         decided += result.culprit_index is not None
         predictions.append((result.culprit_agent, result.culprit_index))
@@ -194,6 +195,8 @@ def counterfactual(
     print(file=sys.stderr)
     stats = {
         "decided": decided / max(1, len(runs)),
+        "undecided": len(runs) - decided - errors,  # attributed, no culprit named
+        "errors": errors,
         "live steps per run": statistics.mean(costs) if costs else 0.0,
         "seconds": time.perf_counter() - started,
     }
@@ -217,6 +220,8 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--api-key", default=None)
     args = parser.parse_args()
+    if args.base_url and not args.model:  # before the import and the floors, not after
+        parser.error("--model is required with --base-url")
 
     root = dataset_dir(args.dataset)
     started = time.perf_counter()
@@ -233,8 +238,6 @@ def main() -> None:
 
     sample = runs[: args.limit] if args.limit else runs[:20]
     if args.base_url:
-        if not args.model:
-            parser.error("--model is required with --base-url")
         policy = model_surrogate(args.base_url, args.model, args.api_key)
         predictions, stats = counterfactual(
             sample, lambda truth: policy, args.budget, "model surrogate"
@@ -244,12 +247,14 @@ def main() -> None:
         predictions, stats = counterfactual(sample, scripted_surrogate, args.budget, "smoke test")
         title = "smoke test (scripted surrogate, not a model)"
     print(f"\n{title}: {len(sample)} runs, budget {args.budget:.0f} live steps each")
-    if all(p == (None, None) for p in predictions) and not stats["decided"]:
+    if stats["errors"] == len(sample):
         sys.exit("no run could be attributed (see the errors above): no table")
+    # an undecided run (no culprit named) is a miss in the table, as a failed one is
     table({"counterfactual" if args.base_url else "smoke test": score(predictions, sample)})
     print(
-        f"decided {stats['decided']:.0%}, {stats['live steps per run']:.0f} live steps per run, "
-        f"{stats['seconds']:.1f}s"
+        f"decided {stats['decided']:.0%} ({stats['undecided']} undecided, "
+        f"{stats['errors']} failed, counted as misses), "
+        f"{stats['live steps per run']:.0f} live steps per run, {stats['seconds']:.1f}s"
     )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from fake_openai import chat_completion, send_json, serving
 from real_otelcol import otelcol_binary
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -157,3 +159,40 @@ def test_write_amplification_accounts_for_the_bytes_of_a_tree():
     out = run_script(script, f"here={root}", "--runs", "20", "--mode", "single").stdout
     for row in ("commit spans (add_pending)", "mark assembled", "checkpoints (WAL to file)"):
         assert row in out
+
+
+class _Unhelpful(BaseHTTPRequestHandler):
+    """An endpoint whose every reply is the same: no rollout of a run changes its outcome."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        message = {"role": "assistant", "content": "I cannot tell."}
+        send_json(self, chat_completion(1, "m", message, "stop", (3, 3)))
+
+    def log_message(self, *args):
+        pass
+
+
+def test_whowhen_with_a_model_prints_the_table_when_every_run_is_undecided():
+    """Runs that were attributed without a culprit ended the script with "no run could be
+    attributed (see the errors above): no table" and status 1, no error printed."""
+    with serving(_Unhelpful) as base_url:
+        out = run_script(
+            str(BENCHMARKS / "whowhen.py"),
+            *("--limit", "1", "--budget", "20", "--base-url", base_url, "--model", "m"),
+        ).stdout
+    assert "counterfactual attribution, m as surrogate: 1 runs" in out
+    assert "counterfactual " in out.split("as surrogate")[1]  # the table's row
+    assert "decided 0% (1 undecided, 0 failed, counted as misses)" in out
+
+
+def test_whowhen_checks_the_model_before_importing_the_dataset():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "whowhen.py"), "--base-url", "http://127.0.0.1:9/v1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--model is required with --base-url" in result.stderr
+    assert "imported" not in result.stdout  # not after the import and the floors

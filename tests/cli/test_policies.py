@@ -145,3 +145,22 @@ def test_a_policy_key_that_matches_no_step_is_a_usage_error(workdir):
          "--policy", "agent:nobody=weather_policies:plan"],
     )  # fmt: skip
     assert aggregate.exit_code == 2 and "'agent:nobody' matches no step" in aggregate.output
+
+
+def test_fork_warns_of_a_redraw_the_replay_agent_cannot_follow(workdir):
+    """attribute warned of re-drawn calls to other tools than the recorded ones; fork said
+    nothing, and its branch silently re-issued the recorded tool step."""
+    (workdir / "other_tools.py").write_text(
+        "def news(request):\n"
+        "    part = {'type': 'tool_call', 'id': 'n1', 'name': 'get_news', 'arguments': {}}\n"
+        "    return [{'role': 'assistant', 'parts': [part]}]\n"
+    )
+    args = ["fork", "--db", "runs.sqlite", "--session", "weather", "--at-step", "0"]
+    args += ["--model", "m2", "--policy", "plan=other_tools:news"]
+    result = CliRunner().invoke(main, [*args, "--child", "b1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "warning: 1 re-drawn LLM step(s) asked for other tool calls" in result.stderr
+    result = CliRunner().invoke(main, [*args, "--child", "b2", "--json"], catch_exceptions=False)
+    (warning,) = json.loads(result.stdout)["warnings"]
+    assert warning.startswith("1 re-drawn LLM step(s) asked for other tool calls")
+    assert "so the branch does not follow the change" in warning

@@ -1,4 +1,5 @@
 import json
+import random
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
@@ -12,6 +13,7 @@ from agent_replay.replay.policies import (
     HoldPolicy,
     OpenAIChatPolicy,
     PolicyError,
+    ResampleRequest,
     ScriptedPolicy,
 )
 from fake_openai import chat_completion, send_json, serving
@@ -659,3 +661,288 @@ def test_a_reply_without_a_message_is_a_policy_error_that_says_so(reply):
         agent = replayable_agent(traj, {"agent:Writer": policy})
         with pytest.raises(PolicyError, match=r"step 2 .*answered without a message"):
             replay(agent, traj, ReplayPlan.ablate_from(0))
+
+
+def openai_call(name, city, call_id):
+    arguments = json.dumps({"city": city})
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def openai_shaped_run() -> Trajectory:
+    """A planner asking for two tools and a writer, recorded in OpenAI's message shape (as
+    JSONL step records or ``from_steps`` data hold them)."""
+    calls = [
+        openai_call("get_weather", "Paris", "call_w"),
+        openai_call("get_time", "Paris", "call_t"),
+    ]
+    asked = {"role": "assistant", "content": None, "tool_calls": calls}
+    history = [{"role": "user", "content": "Weather and time in Paris?"}, asked,
+               {"role": "tool", "tool_call_id": "call_w", "content": "Rainy in Paris"},
+               {"role": "tool", "tool_call_id": "call_t", "content": "14:00 in Paris"}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="planner", inputs={"messages": history[:1]},
+                  action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"arguments": {"city": "Paris"}},
+                  action="Rainy in Paris", attributes={"tool_call_id": "call_w"}),
+        StepDraft(kind=StepKind.TOOL, name="get_time", inputs={"arguments": {"city": "Paris"}},
+                  action="14:00 in Paris", attributes={"tool_call_id": "call_t"}),
+        StepDraft(kind=StepKind.LLM, name="writer", inputs={"messages": history},
+                  action=[{"role": "assistant", "content": "Rainy, 14:00"}]),
+    ]  # fmt: skip
+    return Trajectory("oa", metadata={"source": "import:test"}).with_steps(drafts)
+
+
+@pytest.mark.parametrize("reordered", [False, True], ids=["same-order", "reordered"])
+def test_openai_shaped_calls_reach_their_tool_steps_and_keep_their_responses(reordered):
+    """A re-drawn call in OpenAI's shape (arguments as JSON text under "function") never
+    reached the tool steps, and calls were paired by position: a re-draw calling the tools
+    in another order gave each tool's result the other call's id in the writer's history."""
+    traj = openai_shaped_run()
+    calls = [openai_call("get_weather", "Berlin", "W2"), openai_call("get_time", "Rome", "T2")]
+    text = "Let me check." if reordered else None
+    redrawn = {"role": "assistant", "content": text,
+               "tool_calls": calls[::-1] if reordered else calls}  # fmt: skip
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return f"{request.step.name} in {request.inputs['arguments']['city']}"
+
+    def writer(request):
+        seen["history"] = request.inputs["messages"]
+        return [{"role": "assistant", "content": "ok"}]
+
+    policies = {"planner": ScriptedPolicy([[redrawn]]), "tool": tool, "writer": writer}
+    agent = replayable_agent(traj, policies)
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert seen["get_weather"] == {"arguments": {"city": "Berlin"}}
+    assert seen["get_time"] == {"arguments": {"city": "Rome"}}
+    assert seen["history"][1] == redrawn
+    answers = {m["tool_call_id"]: m["content"] for m in seen["history"][2:]}
+    assert answers == {"W2": "get_weather in Berlin", "T2": "get_time in Rome"}
+    assert agent.unfollowed_tool_calls == 0
+
+
+def test_an_openai_shaped_redraw_calling_other_tools_is_counted():
+    traj = openai_shaped_run()
+    other = {"role": "assistant", "content": None,
+             "tool_calls": [openai_call("get_news", "Paris", "n1")]}  # fmt: skip
+    agent = replayable_agent(traj, {"planner": ScriptedPolicy([[other]])})
+    replay(agent, traj, ReplayPlan.ablate_from(0))
+    assert agent.unfollowed_tool_calls == 1
+
+
+def test_the_openai_policy_answers_an_openai_shaped_recording_in_its_shape():
+    """The reply to an OpenAI-shaped recording came back in the OTel parts shape: nothing
+    downstream (the tool steps, the writer's history) could be paired with it."""
+    call_ = openai_call("get_weather", "Berlin", "call_9")
+    message = {"role": "assistant", "content": None, "tool_calls": [call_]}
+    _EmptyReply.reply = chat_completion(1, "m", message, "tool_calls", (5, 5))
+    traj = openai_shaped_run()
+    seen = {}
+
+    def tool(request):
+        seen[request.step.name] = request.inputs
+        return "r"
+
+    with serving(_EmptyReply) as base_url:
+        policy = OpenAIChatPolicy(base_url=base_url, api_key="k", model="m", max_retries=0)
+        result = replay(replayable_agent(traj, {"planner": policy, "tool": tool}), traj,
+                        ReplayPlan.ablate_from(0))  # fmt: skip
+    assert result.result["outputs"][0] == [message]
+    assert seen["get_weather"] == {"arguments": {"city": "Berlin"}}
+
+
+def formatted_result_run(call_id, openai_shape=False) -> Trajectory:
+    """A tool whose result the app formats before sending it to the model ("rainy, 57F" for
+    ``{"temp_f": 57, ...}``): no substitution by value can find it in the later history."""
+    if openai_shape:
+        asked = {"role": "assistant", "content": None,
+                 "tool_calls": [openai_call("get_weather", "Paris", call_id or "x")]}  # fmt: skip
+        answer = {"role": "tool", "tool_call_id": call_id, "content": "rainy, 57F"}
+    else:
+        asked = {"role": "assistant", "parts": [call("get_weather", {"city": "Paris"}, call_id)]}
+        answer = {"role": "tool", "parts": [response("rainy, 57F", call_id)]}
+    attributes = {"tool_call_id": call_id} if call_id else {}
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=[asked]),
+        StepDraft(kind=StepKind.TOOL, name="get_weather", inputs={"city": "Paris"},
+                  action={"temp_f": 57, "conditions": "rainy"}, attributes=attributes),
+        StepDraft(kind=StepKind.LLM, name="final", inputs={"messages": [asked, answer]},
+                  action="It is rainy."),
+    ]  # fmt: skip
+    return Trajectory("f", metadata={"source": "import:test"}).with_steps(drafts)
+
+
+@pytest.mark.parametrize("openai_shape", [False, True], ids=["parts", "openai"])
+def test_a_redrawn_tool_result_replaces_a_formatted_response_to_its_call(openai_shape):
+    """The response with the tool step's call id held text the app made of the result: the
+    re-drawn result never reached the next model call (it saw "rainy, 57F" whatever the tool
+    answered). The response is now the new result, as JSON text."""
+    traj = formatted_result_run("call_1", openai_shape)
+    new = {"temp_f": 50, "conditions": "foggy"}
+    seen = redraw_first_tool(traj, new)
+    answer = seen["messages"][-1]
+    held = answer["content"] if openai_shape else answer["parts"][0]["response"]
+    assert held == json.dumps(new)
+
+
+def redraw_first_tool(traj, result):
+    """The last step's inputs when the tool step is re-drawn to ``result``."""
+    seen = {}
+
+    def final(request):
+        seen.update(request.inputs)
+        return "ok"
+
+    policies = {"tool": lambda request: result, "final": final}
+    replay(replayable_agent(traj, policies), traj, ReplayPlan.ablate_from(1))
+    return seen
+
+
+def test_a_redrawn_tool_result_that_reaches_no_later_step_is_counted_and_warned_about():
+    """Without a call id the formatted response cannot be matched: attribution scored the
+    tool's re-draws as having no effect, silently."""
+    traj = formatted_result_run(None)
+    agent = replayable_agent(traj, {"tool": lambda request: {"temp_f": 50}})
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.unreached_tool_results > 0
+    assert any("re-drawn tool result(s) reached no later step" in w for w in result.warnings)
+    reached = formatted_result_run("call_1")
+    agent = replayable_agent(reached, {"tool": lambda request: {"temp_f": 50}})
+    result = attribute(reached, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert agent.unreached_tool_results == 0
+    assert not any("reached no later step" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("script", "weights", "message"),
+    [
+        ([], None, "empty list"),
+        ({"plan": []}, None, r"entry 'plan' is an empty list"),
+        (["a", "b"], [-1.0, 2.0], "at least 0"),
+        (["a", "b"], [0, 0], "not all be 0"),
+        (["a", "b"], [float("nan"), 1.0], "finite"),
+        (["a", "b"], [1.0], "1 weights for the 2 alternatives"),
+    ],
+)
+def test_a_script_with_nothing_to_draw_or_bad_weights_is_refused(script, weights, message):
+    """ScriptedPolicy([]) served the recorded output (scored as no effect); weights like
+    [-1.0, 2.0] were accepted, and a wrong number failed only inside the rollout."""
+    with pytest.raises(ValueError, match=message):
+        ScriptedPolicy(script, weights=weights)
+
+
+def test_a_step_a_script_table_has_no_entry_for_is_held_and_flagged():
+    """A mapping without the step's entry served its recorded output as a re-draw: the step
+    was scored (+0.00) as if its re-draws changed nothing."""
+    traj = group_chat()
+    table = ScriptedPolicy({"Planner.reply": [[parts("assistant", "x")]], 2: lambda r: "y"})
+    agent = replayable_agent(traj, {"*": table})
+    assert agent.observation_only == (1,)
+    assert not table.covers(traj.steps[1]) and table.covers(traj.steps[2])
+    result = attribute(traj, agent=agent, verifier=lambda r: 0.0, budget=20)
+    assert result.steps[1].observation_only and result.steps[1].effect is None
+    assert any("no entry in its ScriptedPolicy table" in w for w in result.warnings)
+    request = ResampleRequest(step=traj.steps[1], inputs=None, rng=random.Random(0))
+    with pytest.raises(PolicyError, match=r"step 1 .*has no entry for it"):
+        table.resample(request)
+
+
+def test_a_connection_error_names_the_endpoint_it_tried():
+    """ "APIConnectionError: Connection error." did not say which server was tried."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    traj = group_chat()
+    policy = OpenAIChatPolicy(base_url=url, api_key="k", model="m", max_retries=0, timeout=5)
+    agent = replayable_agent(traj, {"agent:Writer": policy})
+    with pytest.raises(PolicyError, match=rf"APIConnectionError: .*\(endpoint {url}/?\)"):
+        replay(agent, traj, ReplayPlan.ablate_from(0))
+
+
+def test_an_openai_policy_without_an_endpoint_or_a_key_is_refused(monkeypatch):
+    """Without a base URL it called api.openai.com with a dummy key: every re-draw failed
+    with "Connection error." (offline) or 401, far from where the policy was made."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(PolicyError, match="no endpoint: pass base_url= or set OPENAI_BASE_URL"):
+        OpenAIChatPolicy(model="m")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    assert OpenAIChatPolicy(model="m").endpoint == "https://api.openai.com/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
+    assert OpenAIChatPolicy(model="m").endpoint == "http://localhost:8000/v1"
+
+
+def test_a_model_swap_on_a_step_without_content_says_why_a_policy_does_not_help():
+    """fork --model on a step imported without content said "give it a resample policy"
+    when it had one: no policy can re-draw a step with neither inputs nor output."""
+    from agent_replay import fork
+
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs=None, action=None),
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action="a"),
+    ]
+    traj = Trajectory("nc", metadata={"source": "import:test"}).with_steps(drafts)
+    agent = replayable_agent(traj, {"*": lambda request: "b"})
+    with pytest.raises(PlanError, match="recorded without content") as raised:
+        fork(agent, traj, at_step=0, model="m2")
+    assert "give it a resample policy" not in str(raised.value)
+
+
+def test_a_reply_without_choices_is_shown_whole_in_the_error():
+    """The reply was cut at 200 characters of its repr, mid-field."""
+    _EmptyReply.reply = chat_completion(1, "m", {"role": "assistant"}, "stop", (11, 7))
+    _EmptyReply.reply["choices"] = []
+    traj = group_chat()
+    with serving(_EmptyReply) as base_url:
+        policy = OpenAIChatPolicy(base_url=base_url, api_key="k", model="m", max_retries=0)
+        agent = replayable_agent(traj, {"agent:Writer": policy})
+        with pytest.raises(PolicyError) as raised:
+            replay(agent, traj, ReplayPlan.ablate_from(0))
+    text = str(raised.value).split("no choices in its reply: ")[1]
+    assert json.loads(text.split(" (endpoint ")[0][:-1])["usage"]["total_tokens"] == 18
+
+
+def test_openai_shaped_calls_merged_or_spread_by_the_redraw_stay_answered_once():
+    """The regrouping of calls (see the OTel-shaped tests above) in OpenAI's shape: calls the
+    recording has in two messages and the re-draw in one reach their tool steps and show once
+    in later histories; calls spread over two messages leave the recorded one, rewritten."""
+    hello = {"role": "assistant", "content": None,
+             "tool_calls": [openai_call("HelloTool", "Bob", "h1")]}  # fmt: skip
+    bye = {"role": "assistant", "content": None,
+           "tool_calls": [openai_call("ByeTool", "Bobby", "b1")]}  # fmt: skip
+    calls = [openai_call("HelloTool", "Alice", "h2"), openai_call("ByeTool", "Carol", "b2")]
+    both = {"role": "assistant", "content": None, "tool_calls": calls}
+    said = [{"role": "tool", "tool_call_id": "h1", "content": "hi"},
+            {"role": "tool", "tool_call_id": "b1", "content": "bye"}]  # fmt: skip
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="chat", inputs={"q": 1}, action=[hello, bye]),
+        StepDraft(kind=StepKind.TOOL, name="HelloTool", inputs={"city": "Bob"}, action="hi",
+                  attributes={"tool_call_id": "h1"}),
+        StepDraft(kind=StepKind.TOOL, name="ByeTool", inputs={"city": "Bobby"}, action="bye",
+                  attributes={"tool_call_id": "b1"}),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [hello, said[0], bye, said[1]]}),
+    ]  # fmt: skip
+    traj = Trajectory("m", metadata={"source": "import:test"}).with_steps(drafts)
+    seen = redraw_first(traj, [both], tool=lambda request: f"to {request.inputs['city']}")
+    assert seen[1] == {"city": "Alice"} and seen[2] == {"city": "Carol"}
+    assert seen[3]["messages"] == [
+        both,
+        {"role": "tool", "tool_call_id": "h2", "content": "to Alice"},
+        {"role": "tool", "tool_call_id": "b2", "content": "to Carol"},
+    ]
+    # the other way round: the recorded message stays, each call in it rewritten
+    drafts = [
+        StepDraft(kind=StepKind.LLM, name="plan", inputs={"q": 1}, action=[both]),
+        StepDraft(kind=StepKind.LLM, name="final", action="done",
+                  inputs={"messages": [both, *said]}),
+    ]  # fmt: skip
+    traj = Trajectory("s", metadata={"source": "import:test"}).with_steps(drafts)
+    history = redraw_first(traj, [hello, bye])[1]["messages"]
+    assert history[0]["tool_calls"] == hello["tool_calls"] + bye["tool_calls"]
+    assert len(history) == 3

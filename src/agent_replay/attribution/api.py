@@ -10,6 +10,7 @@ from typing import Any
 from ..capture.run import Verifier
 from ..errors import FailedRunError, SuccessfulRunError, UnfaithfulReplayError
 from ..model import Trajectory
+from ..replay.agent import following_counts, unfollowed_warnings
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
@@ -122,8 +123,7 @@ def attribute(
     if rollouts is None:
         rollouts = DEFAULT_ROLLOUTS if budget is None else BUDGET_ROLLOUTS
     started = time.perf_counter()
-    unfollowed_before = getattr(agent, "unfollowed_tool_calls", 0)
-    misshaped_before = getattr(agent, "misshaped_outputs", 0)
+    followed_before = following_counts(agent)
     n = len(trajectory.steps)
     engine = RolloutEngine(
         trajectory,
@@ -211,7 +211,8 @@ def attribute(
         fixed = sorted(observation_only - by_policy)
         warnings.append(
             f"{len(fixed)} step(s) cannot be re-drawn (side effects, recorded as "
-            "not re-drawable, no resample policy, or no recorded content) "
+            "not re-drawable, no resample policy or no entry in its ScriptedPolicy table, "
+            "or no recorded content) "
             f"and are held in every rollout: {fixed}; they are not scored"
         )
     if by_policy:
@@ -377,22 +378,7 @@ def attribute(
             )
     parts["repair"] = engine.cost.live_steps - parts["search"] - parts["shapley"]
 
-    unfollowed = getattr(agent, "unfollowed_tool_calls", 0) - unfollowed_before
-    if unfollowed:
-        warnings.append(
-            f"{unfollowed} re-drawn LLM step(s) asked for other tool calls than the recorded "
-            "ones (another tool, or more or fewer calls); the replay agent re-issues the "
-            "recorded steps, so those rollouts do not follow the change: attribute the "
-            "agent's own code (a native recording) to follow it"
-        )
-    misshaped = getattr(agent, "misshaped_outputs", 0) - misshaped_before
-    if misshaped:
-        warnings.append(
-            f"{misshaped} re-drawn LLM output(s) were not shaped like the recorded output (a "
-            "list of messages, say); later steps could not be changed by them, so those "
-            "rollouts do not follow the re-draw: check the resample policy's return value "
-            "(ScriptedPolicy([messages]) for a message list)"
-        )
+    warnings += unfollowed_warnings(agent, followed_before)
     in_force = engine.limits
     if engine.cost.stopped:
         waited = in_force.seconds is not None and engine.concurrency > 1

@@ -8,6 +8,7 @@ import click
 
 from ..model import Trajectory
 from ..replay import RolloutLimits, diff, fork, resume
+from ..replay.agent import following_counts, unfollowed_warnings
 from .common import (
     agent_option,
     db_option,
@@ -103,6 +104,7 @@ def fork_command(
     with friendly_errors(), open_store(db) as store:
         parent = store.load(session_id)
         agent = resolve_agent(agent_spec, parent, policy_specs)
+        before = following_counts(agent)
         child = fork(
             agent,
             parent,
@@ -114,6 +116,8 @@ def fork_command(
             limits=_limits(max_rollout_steps, rollout_timeout),
             **kwargs,
         )
+    # re-draws the replay agent of an imported trace could not follow (as attribute warns)
+    warnings = unfollowed_warnings(agent, before, runs="the branch does")
     comparison = diff(parent, child)
     if as_json:
         echo_json(
@@ -123,11 +127,14 @@ def fork_command(
                 "stopped": _stopped(child),
                 "divergence": child.metadata.get("divergence"),
                 "diff": comparison.to_dict(),
+                "warnings": warnings,
             }
         )
     else:
         echo(f"forked {session_id} at step {at_step} -> {child.session_id}{_ended(child)}")
         echo(comparison.to_text())
+        for warning in warnings:
+            echo(f"warning: {warning}", err=True)
 
 
 def _stopped(child: Trajectory) -> str | None:

@@ -15,7 +15,8 @@ text outputs at least ``MIN_SUBSTRING`` characters long (shorter texts like "ok"
 replaced where they are the whole value, to avoid rewriting unrelated words). A structured
 old output (an object or a list) also replaces a text that is its JSON encoding, with the new
 output's text: an OTel tool result is JSON text that the tool step holds decoded and later
-chat histories hold as it was sent.
+chat histories hold as it was sent. A re-drawn tool's result also becomes the content of the
+response with its call id, whatever text that held (an app's formatting of the result).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from typing import Any
 
 from ..capture.context import AgentContext, StepCall
 from ..errors import AgentReplayError, RecordedStepError
-from ..mapping.messages import requested_tool_calls, tool_call_parts
 from ..model import Step, StepKind, Trajectory
 from .policies import HoldPolicy, PolicyError, ResampleRequest, as_policy, load_policy
 
 __all__ = [
     "MIN_SUBSTRING",
+    "RESPONSE",
     "ReplayAgent",
     "propagation_pairs",
     "replayable_agent",
@@ -60,7 +61,8 @@ def default_assemble(outputs: list[Any]) -> dict[str, Any]:
 class ReplayAgent:
     """``agent(ctx, **task)`` that re-issues a trajectory's steps (see the module docstring).
 
-    ``observation_only`` lists the steps it holds in every run: those with no policy, side
+    ``observation_only`` lists the steps it holds in every run: those with no policy (or
+    whose policy does not cover them: a ``ScriptedPolicy`` table without their entry), side
     effects, or no recorded content (the capture report's ``steps_without_content``).
     ``held_by_policy`` lists the steps whose policy is a :class:`HoldPolicy`: re-drawn as
     recorded, so attribution holds them too, and does not score them.
@@ -88,6 +90,7 @@ class ReplayAgent:
                 or step.side_effects
                 or not step.resamplable
                 or (step.inputs is None and step.action is None)
+                or not _covers(policies[key], step)
             )
             self._policies.append(None if fixed else (key, as_policy(policies[key])))
         self.observation_only = tuple(i for i, p in enumerate(self._policies) if p is None)
@@ -101,6 +104,7 @@ class ReplayAgent:
         self.__name__ = f"replay_agent[{trajectory.session_id}]"
         self._unfollowed = 0
         self._misshaped = 0
+        self._unreached = 0
         self._lock = threading.Lock()
 
     @property
@@ -109,6 +113,14 @@ class ReplayAgent:
         message dict where the recording has a list of messages, say): nothing downstream can
         be paired with them, so the change does not reach later steps; ``attribute`` warns."""
         return self._misshaped
+
+    @property
+    def unreached_tool_results(self) -> int:
+        """How many re-drawn tool results so far reached no later step although an LLM step
+        came after them: the later histories hold the result in a form the replay could not
+        find (a formatted text, in a response without the step's call id), so those rollouts
+        do not follow the re-draw; ``attribute`` warns."""
+        return self._unreached
 
     @property
     def unfollowed_tool_calls(self) -> int:
@@ -124,6 +136,8 @@ class ReplayAgent:
     def __call__(self, ctx: AgentContext, *args: Any, **task: Any) -> Any:
         pairs: list[Pair] = []
         outputs: list[Any] = []
+        # re-drawn tool steps whose new result no later step took yet: their pairs' indices
+        unreached: dict[int, range] = {}
         steps = self.trajectory.steps
         while len(outputs) < len(steps):
             if ctx.position > len(outputs):
@@ -133,7 +147,10 @@ class ReplayAgent:
                 continue
             step, entry = steps[len(outputs)], self._policies[len(outputs)]
             own = _step_scope(step)
-            inputs = rewrite(step.inputs, pairs, own) if pairs else step.inputs
+            used: set[int] = set()
+            inputs = rewrite(step.inputs, pairs, own, used=used) if pairs else step.inputs
+            if used and unreached:  # a re-drawn tool result reached this step
+                unreached = {i: span for i, span in unreached.items() if used.isdisjoint(span)}
             usage: dict[str, Any] = {}
             produce = (
                 None
@@ -162,14 +179,77 @@ class ReplayAgent:
                     # a tool's new result is its own call's: another call's equal result
                     # is not changed with it
                     scope = own if own is not None and own[0] else None
+                    first = len(pairs)
                     pairs.extend(scoped_pairs(step.output, output, scope))
+                    if scope is not None:
+                        # the response to its call, by id, whatever text it holds
+                        pairs.append((RESPONSE, output, scope))
+                    if step.kind is StepKind.TOOL:
+                        unreached[step.index] = range(first, len(pairs))
                 if step.kind is StepKind.LLM and not _same_shape(output, step.output):
                     with self._lock:
                         self._misshaped += 1
                 elif step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
                     with self._lock:
                         self._unfollowed += 1
+        llm = [s.index for s in steps if s.kind is StepKind.LLM]
+        lost = sum(1 for i in unreached if llm and llm[-1] > i)
+        if lost:
+            with self._lock:
+                self._unreached += lost
         return self.assemble(outputs)
+
+
+def _covers(policy: Any, step: Step) -> bool:
+    """Whether ``policy`` can re-draw ``step``: a policy with ``covers(step)`` (a
+    :class:`ScriptedPolicy` table) may have no entry for it; such a step has no policy."""
+    covers = getattr(policy, "covers", None)
+    return True if covers is None else bool(covers(step))
+
+
+def following_counts(agent: Any) -> tuple[int, int, int]:
+    """A replay agent's counts of re-draws later steps could not follow (unfollowed tool
+    calls, misshaped outputs, unreached tool results); zeros for any other agent."""
+    return (
+        getattr(agent, "unfollowed_tool_calls", 0),
+        getattr(agent, "misshaped_outputs", 0),
+        getattr(agent, "unreached_tool_results", 0),
+    )
+
+
+def unfollowed_warnings(
+    agent: Any, before: tuple[int, int, int], *, runs: str = "those rollouts do"
+) -> list[str]:
+    """Warnings for the re-draws that ``agent``'s runs since ``before`` (its
+    :func:`following_counts` then) could not follow; ``runs`` names those runs (with the
+    verb: "the branch does")."""
+    unfollowed, misshaped, unreached = (
+        now - then for now, then in zip(following_counts(agent), before, strict=True)
+    )
+    warnings = []
+    if unfollowed:
+        warnings.append(
+            f"{unfollowed} re-drawn LLM step(s) asked for other tool calls than the recorded "
+            "ones (another tool, or more or fewer calls); the replay agent re-issues the "
+            f"recorded steps, so {runs} not follow the change: use the "
+            "agent's own code (a native recording) to follow it"
+        )
+    if misshaped:
+        warnings.append(
+            f"{misshaped} re-drawn LLM output(s) were not shaped like the recorded output (a "
+            "list of messages, say); later steps could not be changed by them, so "
+            f"{runs} not follow the re-draw: check the resample policy's return value "
+            "(ScriptedPolicy([messages]) for a message list)"
+        )
+    if unreached:
+        warnings.append(
+            f"{unreached} re-drawn tool result(s) reached no later step: the later histories "
+            "hold the recorded result in another form (a formatted text, say) in a response "
+            f"without the tool step's call id, so {runs} not follow the re-draw "
+            "and the tool's effect is underestimated: import the trace with the tool call "
+            "ids, or use the agent's own code (a native recording)"
+        )
+    return warnings
 
 
 def _step_scope(step: Step) -> Scope | None:
@@ -189,7 +269,7 @@ def _same_shape(new: Any, old: Any) -> bool:
 
 def _tools(output: Any) -> Counter[str]:
     """The tools an LLM output asks for, with how many calls of each."""
-    return Counter(name for _, name in requested_tool_calls(output))
+    return Counter(str(_call_scope(call)[1] or "") for call in _calls(output))
 
 
 def _handled(step: Step, exc: Exception, *, last: int) -> bool:
@@ -230,9 +310,13 @@ def _producer(
         except AgentReplayError:
             raise
         except Exception as exc:
+            # a policy that asks a server names it (an OpenAIChatPolicy's base URL): a
+            # connection error says nothing of where it tried
+            endpoint = getattr(getattr(policy, "__self__", policy), "endpoint", None)
             raise PolicyError(
                 f"step {step.index} ({step.label}): resample policy {name!r} "
                 f"failed: {type(exc).__name__}: {exc}"
+                + (f" (endpoint {endpoint})" if isinstance(endpoint, str) else "")
             ) from exc
 
     return produce
@@ -306,7 +390,9 @@ def scoped_pairs(old: Any, new: Any, scope: Scope | None = None) -> list[Pair]:
         merged, split = _regrouped(old, new, calls)
         pairs += [(message, REMOVED, None) for message in merged]
         if split:  # the recorded message stays, each call in it rewritten by its own pairs
-            whole = {id(m) for m in split} | {id(m["parts"]) for m in split}
+            whole = {id(m) for m in split} | {
+                id(m.get("parts", m.get("tool_calls"))) for m in split
+            }
             pairs = [p for p in pairs if id(p[0]) not in whole]
     except Exception:  # odd shapes: substitute the whole output, never fail the rollout
         _log.debug("propagation fell back to the whole output", exc_info=True)
@@ -333,10 +419,73 @@ def _pair(old: Any, new: Any, out: list[Pair], scope: Scope | None) -> None:
             for key in (old.keys() & new.keys()) - {"id"}:
                 _pair(old[key], new[key], out, call)
             return
+        if _is_openai_call(old) and _is_openai_call(new):
+            _pair_openai_call(old, new, out, scope)
+            return
         for key in old.keys() & new.keys():
             _pair(old[key], new[key], out, scope)
     elif _is_seq(old) and _is_seq(new):
         _pair_items(old, new, out, scope)
+
+
+def _pair_openai_call(
+    old: Mapping[str, Any], new: Mapping[str, Any], out: list[Pair], scope: Scope | None
+) -> None:
+    """Two tool calls in OpenAI's shape (``{"id", "type": "function", "function": {"name",
+    "arguments": "<JSON text>"}}``): the arguments text, and the arguments decoded as a tool
+    step holds them (with their values), in the call's scope, as for a ``tool_call`` part."""
+    call = _call_scope(old)
+    a, b = old["function"].get("arguments"), new["function"].get("arguments")
+    out.append((a, b, call))
+    decoded_a, decoded_b = _decoded(a), _decoded(b)
+    if decoded_a is not None and decoded_b is not None:
+        _pair(decoded_a, decoded_b, out, call)
+        if not isinstance(decoded_a, str) and not isinstance(decoded_b, str):
+            out.append((json.dumps(decoded_a), json.dumps(decoded_b), call))
+    if new.get("id") and old.get("id") != new.get("id"):  # ids are unique
+        out.append((old.get("id"), new.get("id"), scope))
+    for key in (old["function"].keys() & new["function"].keys()) - {"arguments"}:
+        _pair(old["function"][key], new["function"][key], out, call)
+
+
+def _decoded(arguments: Any) -> Any:
+    """Tool-call arguments as a tool step holds them: JSON text decoded (``None`` if not)."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return None
+
+
+def _is_openai_call(value: Any) -> bool:
+    """Whether ``value`` is a tool call in OpenAI's shape (an item of ``tool_calls``)."""
+    return isinstance(value, Mapping) and isinstance(value.get("function"), Mapping)
+
+
+def _calls(messages: Any) -> list[Mapping[str, Any]]:
+    """Every tool call in an LLM output, in order: ``tool_call`` parts (the OTel shape) and
+    the items of messages' ``tool_calls`` (OpenAI's)."""
+    return [call for message in _messages(messages) for call in _call_list(message)]
+
+
+def _messages(output: Any) -> list[Any]:
+    if isinstance(output, list):
+        return output
+    return [output] if isinstance(output, Mapping) else []
+
+
+def _call_list(message: Any) -> list[Mapping[str, Any]]:
+    """The tool calls of one message, in either shape."""
+    if not isinstance(message, Mapping):
+        return []
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return [p for p in parts if isinstance(p, Mapping) and p.get("type") == "tool_call"]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        return [c for c in calls if _is_openai_call(c)]
+    return []
 
 
 def _pair_items(
@@ -389,29 +538,26 @@ def _regrouped(old: Any, new: Any, calls: list[tuple[Any, Any]]) -> tuple[list[A
     paired = {id(a) for a, _ in calls}
 
     def calls_only(message: Mapping[str, Any]) -> bool:
+        calls = _call_list(message)
         parts = message.get("parts")
-        return (
-            isinstance(parts, list)
-            and bool(parts)
-            and all(isinstance(p, Mapping) and p.get("type") == "tool_call" for p in parts)
-            and all(id(p) in paired for p in parts)
-        )
+        only = len(calls) == len(parts) if isinstance(parts, list) else not message.get("content")
+        return bool(calls) and only and all(id(c) in paired for c in calls)
 
     if len(said) > len(kept):
         return [m for m in said[len(kept) :] if calls_only(m)], []
     if len(said) < len(kept):
-        return [], [m for m in said if calls_only(m) and len(m["parts"]) > 1]
+        return [], [m for m in said if calls_only(m) and len(_call_list(m)) > 1]
     return [], []
 
 
 def _paired_calls(old: Any, new: Any) -> list[tuple[Any, Any]]:
-    """The tool-call parts of two outputs paired by tool name, in order."""
+    """The tool calls of two outputs (in either shape) paired by tool name, in order."""
     calls_new: dict[Any, list[Any]] = {}
-    for part in tool_call_parts(new):
-        calls_new.setdefault(_key(part.get("name")), []).append(part)
+    for part in _calls(new):
+        calls_new.setdefault(_key(_call_scope(part)[1]), []).append(part)
     pairs = []
-    for part in tool_call_parts(old):
-        candidates = calls_new.get(_key(part.get("name")))
+    for part in _calls(old):
+        candidates = calls_new.get(_key(_call_scope(part)[1]))
         if candidates:
             pairs.append((part, candidates.pop(0)))
     return pairs
@@ -421,8 +567,8 @@ def _kind(item: Any) -> tuple[Any, ...] | None:
     """What an item of a message list is, for pairing: ``None`` for a plain value."""
     if not isinstance(item, Mapping):
         return None
-    if item.get("type") == "tool_call":
-        return ("tool_call", _key(item.get("name")))
+    if item.get("type") == "tool_call" or _is_openai_call(item):
+        return ("tool_call", _key(_call_scope(item)[1]))
     return (_key(item.get("type")), _key(item.get("role")))
 
 
@@ -436,14 +582,16 @@ def _is_seq(value: Any) -> bool:
 
 
 def _call_scope(part: Mapping[str, Any]) -> Scope:
+    """``(id, tool name)`` of a tool call in either shape (or of a tool call response)."""
     call_id = part.get("id")
-    return (str(call_id) if call_id else None, part.get("name"))
+    name = part["function"].get("name") if _is_openai_call(part) else part.get("name")
+    return (str(call_id) if call_id else None, name)
 
 
 def _context(value: Mapping[str, Any], scope: Scope | None) -> Scope | None:
     """The scope inside ``value``: a tool call or its response names its call (one that names
     neither an id nor a tool, as some recordings' responses, is anyone's)."""
-    if value.get("type") in ("tool_call", "tool_call_response"):
+    if value.get("type") in ("tool_call", "tool_call_response") or _is_openai_call(value):
         named = _call_scope(value)
         return named if named[0] or named[1] else scope
     if value.get("tool_call_id"):  # a tool message in the OpenAI shape
@@ -461,62 +609,131 @@ def _applies(pair: Scope | None, here: Scope | None) -> bool:
     return pair[1] is not None and pair[1] == here[1]
 
 
-def rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None = None) -> Any:
+def rewrite(
+    value: Any,
+    pairs: Sequence[tuple[Any, ...]],
+    scope: Scope | None = None,
+    *,
+    used: set[int] | None = None,
+) -> Any:
     """``value`` with every old output replaced by its new one (see the module docstring);
     ``pairs`` are ``(old, new)`` or ``(old, new, scope)``, ``scope`` is where ``value`` sits
     (a tool step's own call). A message merged away by the re-draw is dropped from the lists
-    it is in, and left where it is anything else."""
-    result = _rewrite(value, pairs, scope)
+    it is in, and left where it is anything else. A pair whose old value is :data:`RESPONSE`
+    gives the content of the tool call response of its scope's call id the new result,
+    whatever it held. ``used`` collects the indices of the pairs that changed something."""
+    result = _rewrite(value, pairs, scope, set() if used is None else used)
     return value if result is REMOVED else result
 
 
-def _rewrite(value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None) -> Any:
-    active = [(p[0], p[1]) for p in pairs if _applies(p[2] if len(p) > 2 else None, scope)]
-    for old, new in active:
+def _rewrite(
+    value: Any, pairs: Sequence[tuple[Any, ...]], scope: Scope | None, used: set[int]
+) -> Any:
+    active = [
+        (i, p[0], p[1])
+        for i, p in enumerate(pairs)
+        if _applies(p[2] if len(p) > 2 else None, scope)
+    ]
+    for i, old, new in active:
         if type(value) is type(old) and value == old:
+            used.add(i)
             return new
     if isinstance(value, str):
-        encoded = _encoded(value, active)
-        return _replace_text(value, active) if encoded is None else encoded
+        encoded = _encoded(value, active, used)
+        return _replace_text(value, active, used) if encoded is None else encoded
     if isinstance(value, Mapping):
         inner = _context(value, scope)
-        return {k: rewrite(v, pairs, inner) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            item = _rewrite(v, pairs, inner, used)
+            out[k] = v if item is REMOVED else item
+        _respond(value, out, inner, pairs, used)
+        return out
     if isinstance(value, list):
-        items = (_rewrite(v, pairs, scope) for v in value)
+        items = (_rewrite(v, pairs, scope, used) for v in value)
         return [item for item in items if item is not REMOVED]
     if isinstance(value, tuple):
-        return tuple(rewrite(v, pairs, scope) for v in value)
+        items = (_rewrite(v, pairs, scope, used) for v in value)
+        return tuple(v if item is REMOVED else item for v, item in zip(value, items, strict=True))
     return value
 
 
-def _encoded(value: str, pairs: Sequence[tuple[Any, Any]]) -> str | None:
+class _Response:
+    """The old value of a pair that answers a tool call: see :func:`rewrite`."""
+
+    def __repr__(self) -> str:
+        return "RESPONSE"
+
+
+RESPONSE = _Response()
+
+
+def _respond(
+    value: Mapping[str, Any],
+    out: dict[str, Any],
+    here: Scope | None,
+    pairs: Sequence[tuple[Any, ...]],
+    used: set[int],
+) -> None:
+    """A tool call response (an OTel ``tool_call_response`` part, an OpenAI ``role: tool``
+    message) of a call whose tool was re-drawn, matched by call id: its content is the new
+    result, as the text it holds (JSON text for a structured result) - an app often sends
+    the model a formatted result that no substitution by value can find."""
+    if here is None or not here[0]:
+        return
+    if value.get("type") == "tool_call_response":
+        key = "response" if "response" in value or "result" not in value else "result"
+    elif value.get("role") == "tool" and value.get("tool_call_id"):
+        key = "content"
+    else:
+        return
+    for i, pair in enumerate(pairs):
+        if pair[0] is not RESPONSE or len(pair) < 3 or not pair[2] or pair[2][0] != here[0]:
+            continue
+        held, new = value.get(key), pair[1]
+        if isinstance(held, str):
+            if not isinstance(new, str):
+                try:
+                    new = json.dumps(new, ensure_ascii=False)
+                except (TypeError, ValueError):
+                    new = str(new)
+        elif key == "content" or held is None:
+            continue  # OpenAI content parts, or nothing recorded: left as they are
+        out[key] = new
+        used.add(i)
+
+
+def _encoded(value: str, pairs: Sequence[tuple[int, Any, Any]], used: set[int]) -> str | None:
     """The new output's text when ``value`` is the JSON text of a structured old output."""
     if value.lstrip()[:1] not in ("{", "["):
         return None
-    structured = [(old, new) for old, new in pairs if isinstance(old, (Mapping, list))]
+    structured = [(i, old, new) for i, old, new in pairs if isinstance(old, (Mapping, list))]
     if not structured:
         return None
     try:
         decoded = json.loads(value)
     except ValueError:
         return None
-    for old, new in structured:
+    for i, old, new in structured:
         if isinstance(decoded, list) is isinstance(old, list) and decoded == old:
             if isinstance(new, str):
+                used.add(i)
                 return new
             try:
-                return json.dumps(new, ensure_ascii=False)
+                text = json.dumps(new, ensure_ascii=False)
             except (TypeError, ValueError):  # not JSON: the text stays as recorded
                 return None
+            used.add(i)
+            return text
     return None
 
 
-def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
+def _replace_text(value: str, pairs: Sequence[tuple[int, Any, Any]], used: set[int]) -> str:
     """Occurrences of old texts in ``value`` replaced all at once (one after the other, a swap
     of two texts would undo itself), longest first where they overlap."""
     texts = {
-        old: new
-        for old, new in pairs
+        old: (i, new)
+        for i, old, new in pairs
         if isinstance(old, str)
         and isinstance(new, str)
         and len(old) >= MIN_SUBSTRING
@@ -525,4 +742,10 @@ def _replace_text(value: str, pairs: Sequence[tuple[Any, Any]]) -> str:
     if not texts:
         return value
     pattern = re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True))))
-    return pattern.sub(lambda match: texts[match.group(0)], value)
+
+    def replaced(match: re.Match[str]) -> str:
+        i, new = texts[match.group(0)]
+        used.add(i)
+        return new
+
+    return pattern.sub(replaced, value)

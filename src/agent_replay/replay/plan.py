@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import PlanError
-from ..model import Trajectory
+from ..model import Step, Trajectory
 
 __all__ = ["FORCE", "HOLD", "MOCK_OBSERVE", "REMOVE", "RESAMPLE", "ReplayPlan"]
 
@@ -173,8 +173,8 @@ class ReplayPlan:
             step = trajectory.steps[index]
             if not step.side_effects and (not step.resamplable or index in fixed):
                 raise PlanError(
-                    f"cannot force step {index} ({step.label}): it is observation-only (no "
-                    "policy can act there); give it a resample policy or intervene elsewhere"
+                    f"cannot force step {index} ({step.label}): it is observation-only "
+                    + _why_fixed(step, "act there")
                 )
             if step.side_effects and step.observed and index not in self.observed:
                 raise PlanError(
@@ -192,8 +192,8 @@ class ReplayPlan:
                 )
             if not step.resamplable or index in fixed:
                 raise PlanError(
-                    f"cannot {how} step {index} ({step.label}): it is observation-only (no "
-                    "policy can re-draw it); give it a resample policy or intervene elsewhere"
+                    f"cannot {how} step {index} ({step.label}): it is observation-only "
+                    + _why_fixed(step, "re-draw it")
                 )
         steps = trajectory.steps
         named_steps = {*self.forced, *self.removed, *self.observed, *self.edited, *self.models}
@@ -243,3 +243,20 @@ class ReplayPlan:
         if self.model_override:
             out["model"] = self.model_override
         return out
+
+
+def _why_fixed(step: Step, act: str) -> str:
+    """Why an observation-only step is, and what to do about it."""
+    if step.inputs is None and step.action is None:
+        # a policy given for it would be sent nulls: naming a policy does not help
+        return (
+            "(it was recorded without content, neither inputs nor output: the capture "
+            f"report's steps_without_content; no policy can {act}); capture with message "
+            "content on, or intervene elsewhere"
+        )
+    if not step.resamplable:
+        return f"(the recording marks it not re-drawable; no policy can {act}); intervene elsewhere"
+    return (
+        f"(no policy can {act}); give it a resample policy (or an entry in its "
+        "ScriptedPolicy table) or intervene elsewhere"
+    )

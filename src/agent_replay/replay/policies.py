@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -80,33 +81,88 @@ class HoldPolicy:
 
 class ScriptedPolicy:
     """Outputs from a script: a list of alternatives (drawn with ``weights``), a function of
-    the request, or a mapping from step name (or index) to either. A list is always a list of
-    alternatives: an output that is itself a list (an OTel message list) is written
-    ``[messages]``."""
+    the request, or a mapping from step name (or index, ``"agent:<name>"``, kind, ``"*"``) to
+    either. A list is always a list of alternatives: an output that is itself a list (an OTel
+    message list) is written ``[messages]``.
+
+    An empty list of alternatives, or weights that are negative, not finite, all zero or not
+    one per alternative, are refused here (``ValueError``). A step the mapping has no entry
+    for is not covered (:meth:`covers`): the replay agent holds it and flags it like a step
+    without a policy, rather than serve its recorded output as a re-draw (which attribution
+    would score as having no effect); asked to re-draw it anyway, it raises
+    :class:`PolicyError`."""
 
     def __init__(self, script: Any, *, weights: Sequence[float] | None = None) -> None:
         self.script = script
-        self.weights = weights
+        self.weights = None if weights is None else _checked_weights(weights)
+        entries = script.items() if isinstance(script, Mapping) else [(None, script)]
+        for key, entry in entries:
+            where = "the script" if key is None else f"the script's entry {key!r}"
+            if _alternatives(entry):
+                if not entry:
+                    raise ValueError(
+                        f"ScriptedPolicy: {where} is an empty list: it has no output to draw "
+                        "(a list is a list of alternatives; an empty output is written [[]])"
+                    )
+                if self.weights is not None and len(self.weights) != len(entry):
+                    raise ValueError(
+                        f"ScriptedPolicy: {len(self.weights)} weights for the "
+                        f"{len(entry)} alternatives of {where}: give one weight per alternative"
+                    )
 
-    def resample(self, request: ResampleRequest) -> Any:
+    def _entry(self, step: Step) -> Any:
         entry = self.script
         if isinstance(entry, Mapping):
-            step = request.step
             for key in (step.name, step.index, f"agent:{step.agent}", step.kind.value, "*"):
                 if key in entry:
-                    entry = entry[key]
-                    break
-            else:
-                return request.step.output
+                    return entry[key]
+            return _MISSING
+        return entry
+
+    def covers(self, step: Step) -> bool:
+        """Whether the script has an entry for ``step`` (a mapping may not)."""
+        return self._entry(step) is not _MISSING
+
+    def resample(self, request: ResampleRequest) -> Any:
+        step = request.step
+        entry = self._entry(step)
+        if entry is _MISSING:
+            raise PolicyError(
+                f"step {step.index} ({step.label}): the ScriptedPolicy table has no entry for "
+                f"it (keys tried: {step.name!r}, {step.index}, 'agent:{step.agent}', "
+                f"{step.kind.value!r}, '*')"
+            )
         if callable(entry):
             return entry(request)
-        if isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
-            if not entry:
-                return request.step.output
+        if _alternatives(entry):
             if self.weights is not None:
                 return request.rng.choices(list(entry), weights=self.weights)[0]
             return entry[request.rng.randrange(len(entry))]
         return entry
+
+
+_MISSING = object()
+
+
+def _alternatives(entry: Any) -> bool:
+    """Whether a script entry is a list of alternatives (not text, not a function)."""
+    return (
+        isinstance(entry, Sequence)
+        and not isinstance(entry, (str, bytes, bytearray))
+        and not callable(entry)
+    )
+
+
+def _checked_weights(weights: Sequence[float]) -> list[float]:
+    values = list(weights)
+    for w in values:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"ScriptedPolicy: weights must be finite numbers of at least 0; got {values!r}"
+            )
+    if not sum(values) > 0:
+        raise ValueError(f"ScriptedPolicy: weights must not all be 0; got {values!r}")
+    return values
 
 
 class OpenAIChatPolicy:
@@ -144,12 +200,29 @@ class OpenAIChatPolicy:
         self.max_tokens = max_tokens
         self.instructions = instructions
         self._client = client
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if client is None and not base_url and not api_key:
+            # the client would call api.openai.com with a dummy key: every re-draw fails,
+            # and the error ("Connection error.") does not say where it tried
+            raise PolicyError(
+                "OpenAIChatPolicy has no endpoint: pass base_url= or set OPENAI_BASE_URL to "
+                "an OpenAI-compatible server (vLLM, Ollama, ...); for api.openai.com itself, "
+                "set OPENAI_API_KEY"
+            )
         self._client_args = {
-            "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
-            "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            "base_url": base_url,
+            "api_key": api_key or "not-needed",
             "timeout": timeout,
             "max_retries": max_retries,
         }
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL re-draws are asked of (named in the errors a failed request raises)."""
+        if self._client is not None:
+            return str(getattr(self._client, "base_url", None) or "a client passed in")
+        return str(self._client_args["base_url"] or "https://api.openai.com/v1")
 
     @property
     def client(self) -> Any:
@@ -206,11 +279,28 @@ class OpenAIChatPolicy:
         choices = getattr(response, "choices", None)
         message = getattr(choices[0], "message", None) if choices else None
         if message is None:
+            missing = "no choices" if not choices else "no message in choices[0]"
             raise PolicyError(
                 f"step {step.index} ({step.label}): the endpoint answered without a message "
-                f"(no choices[0].message in its reply: {str(response)[:200]})"
+                f"({missing} in its reply: {_reply_text(response)})"
             )
         return shape_like(step.output, message, choices[0].finish_reason)
+
+
+def _reply_text(response: Any, limit: int = 500) -> str:
+    """A reply for an error message: its JSON without the empty fields, whole or cut with
+    a note of its length (a repr cut at a fixed length ended mid-field)."""
+    try:
+        data = response.model_dump(exclude_none=True)
+    except Exception:  # not a pydantic model (a client passed in)
+        data = response
+    try:
+        text = json.dumps(data, default=repr, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(data)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 # -- message conversion --------------------------------------------------------------------
@@ -371,6 +461,21 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
     """The model's reply in the shape of the recorded output."""
     text = getattr(message, "content", None) or ""
     calls = getattr(message, "tool_calls", None) or []
+    if isinstance(recorded, list) and _openai_shaped(recorded):  # OpenAI messages
+        reply: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+        if calls:
+            reply["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": call.function.arguments,
+                    },
+                }
+                for call in calls
+            ]
+        return [reply]
     if isinstance(recorded, list):  # OTel output messages
         parts: list[dict[str, Any]] = []
         if text:
@@ -392,6 +497,15 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
     if isinstance(recorded, Mapping) and "content" in recorded:
         return {**recorded, "content": text}
     return text
+
+
+def _openai_shaped(messages: list[Any]) -> bool:
+    """Whether recorded output messages are OpenAI's (``content`` / ``tool_calls``) rather
+    than the OTel parts shape."""
+    said = [m for m in messages if isinstance(m, Mapping)]
+    return bool(said) and all(
+        "parts" not in m and ("content" in m or "tool_calls" in m) for m in said
+    )
 
 
 # -- choosing policies -------------------------------------------------------------------------
