@@ -33,21 +33,15 @@ class ReplayedResponse:
         self.is_closed = True
 
 
-class ReplayStream:
-    """A synchronous stream over recorded chunks: iteration, ``with``, ``close()``.
-
-    Not thread-safe (neither is the SDK's stream).
-    """
+class _Chunks:
+    """Recorded chunks served in order, then the error the stream broke off with (if any)."""
 
     def __init__(self, items: list[Any], error: BaseException | None = None) -> None:
         self._iterator = iter(items)
         self._error = error
         self.response: Any = ReplayedResponse()
 
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
+    def _next(self) -> Any:
         try:
             return next(self._iterator)
         except StopIteration:
@@ -56,6 +50,23 @@ class ReplayStream:
                 raise error from None
             raise
 
+    def _stop(self) -> None:
+        self._iterator = iter(())
+        self._error = None
+
+
+class ReplayStream(_Chunks):
+    """A synchronous stream over recorded chunks: iteration, ``with``, ``close()``.
+
+    Not thread-safe (neither is the SDK's stream).
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return self._next()
+
     def __enter__(self) -> ReplayStream:
         return self
 
@@ -63,29 +74,20 @@ class ReplayStream:
         self.close()
 
     def close(self) -> None:
-        self._iterator = iter(())
-        self._error = None
+        self._stop()
         self.response.close()
 
 
-class AsyncReplayStream:
+class AsyncReplayStream(_Chunks):
     """An asynchronous stream over recorded chunks: ``async for``, ``async with``, ``close()``."""
-
-    def __init__(self, items: list[Any], error: BaseException | None = None) -> None:
-        self._iterator = iter(items)
-        self._error = error
-        self.response: Any = ReplayedResponse()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
     async def __anext__(self) -> Any:
         try:
-            return next(self._iterator)
+            return self._next()
         except StopIteration:
-            error, self._error = self._error, None
-            if error is not None:  # the stream broke off here when it was recorded
-                raise error from None
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> AsyncReplayStream:
@@ -95,8 +97,7 @@ class AsyncReplayStream:
         await self.close()
 
     async def close(self) -> None:
-        self._iterator = iter(())
-        self._error = None
+        self._stop()
         await self.response.aclose()
 
     aclose = close
