@@ -946,3 +946,27 @@ def test_openai_shaped_calls_merged_or_spread_by_the_redraw_stay_answered_once()
     history = redraw_first(traj, [hello, bye])[1]["messages"]
     assert history[0]["tool_calls"] == hello["tool_calls"] + bye["tool_calls"]
     assert len(history) == 3
+
+
+def test_the_openai_policy_samples_as_the_recorded_call_did(chat_server):
+    """A step recorded at temperature 0.2 was re-drawn at 1.0 (the policy's default): the
+    rollouts measured another sampling policy than the agent's."""
+    _ChatServer.fail_first = False
+    drafts = [
+        StepDraft(
+            kind=StepKind.LLM,
+            name="chat",
+            inputs={"messages": [parts("user", "hello")]},
+            action=[parts("assistant", "hi")],
+            attributes={"model": "m", "parameters": {"temperature": 0.2, "top_p": 0.9}},
+        )
+    ]
+    traj = Trajectory("t", metadata={"source": "import:test"}).with_steps(drafts)
+    for policy, expected in (
+        (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0), 0.2),
+        (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0, temperature=0.7), 0.7),
+    ):
+        _ChatServer.requests = []
+        replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0))
+        ((_, body),) = _ChatServer.requests
+        assert body["temperature"] == expected and body["top_p"] == 0.9

@@ -188,7 +188,7 @@ class OpenAIChatPolicy:
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         max_tokens: int | None = None,
         instructions: str | Callable[[Step], str] | None = None,
         client: Any = None,
@@ -258,14 +258,23 @@ class OpenAIChatPolicy:
         instructions = self.instructions(step) if callable(self.instructions) else self.instructions
         if instructions:
             messages = [{"role": "system", "content": instructions}, *messages]
+        # sampled as the recorded call was, unless told otherwise (a step recorded at
+        # temperature 0.2 re-drawn at 1.0 measures another policy than the agent's)
+        recorded = _recorded_parameters(step, request.inputs)
+        temperature = self.temperature
+        if temperature is None:
+            temperature = recorded.get("temperature", 1.0)
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": messages,
-            "temperature": self.temperature,
+            "temperature": temperature,
             "seed": request.rng.getrandbits(31),
         }
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
+        if "top_p" in recorded:
+            kwargs["top_p"] = recorded["top_p"]
+        max_tokens = self.max_tokens if self.max_tokens is not None else recorded.get("max_tokens")
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
         tools = _openai_tools(request.inputs)
         if tools:
             kwargs["tools"] = tools
@@ -531,6 +540,22 @@ def as_policy(obj: Any) -> Callable[[ResampleRequest], Any]:
     if len(params) >= 2:
         return lambda request: obj(request.ctx, request.inputs)
     return obj
+
+
+def _recorded_parameters(step: Step, inputs: Any) -> dict[str, float]:
+    """The sampling parameters the recorded call was made with (``temperature``, ``top_p``,
+    ``max_tokens``), as the import keeps them: ``parameters`` in the step's attributes or its
+    inputs."""
+    out: dict[str, float] = {}
+    for where in (inputs, step.attributes):
+        params = where.get("parameters") if isinstance(where, Mapping) else None
+        if not isinstance(params, Mapping):
+            continue
+        for key in ("temperature", "top_p", "max_tokens"):
+            value = params.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.setdefault(key, value)
+    return out
 
 
 def load_policy(name: str) -> ResamplePolicy:
