@@ -556,3 +556,42 @@ def test_a_lone_surrogate_in_a_response_is_escaped_not_fatal(tmp_path):
     assert len(requests) == 1
     assert not held.diverged and held.live_steps == 0
     assert held.result == len("bad \\ud800 half")  # a held replay serves the escaped text
+
+
+def test_embeddings_are_steps_held_without_a_request_and_redrawn_live(make_api):
+    from openai.types import CreateEmbeddingResponse
+
+    api = make_api()
+    client, aclient = api.openai(), api.async_openai()
+    seen = []
+
+    def agent(question):
+        one = client.embeddings.create(model="text-embedding-3-small", input=question)
+        two = asyncio.run(
+            aclient.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+        )
+        seen.append([type(one), type(two)])
+        return {"one": one.data[0].embedding, "two": [d.embedding for d in two.data]}
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "rainy cities"})
+        assert api.count == 2
+        assert [s.label for s in traj.steps] == ["embedding:openai.embeddings.create"] * 2
+        assert traj.steps[0].inputs["input"] == "rainy cities"
+        assert traj.steps[0].attributes["input_tokens"] == 3
+        assert traj.steps[1].attributes["input_tokens"] == 6
+        held = replay_agent(agent, traj)
+        assert api.count == 2  # held: no request at all
+        assert (held.live_steps, held.diverged) == (0, False)
+        assert (
+            held.result
+            == traj.outcome.result
+            == {"one": [0.1, 0.0], "two": [[0.2, 0.0], [0.2, 1.0]]}
+        )
+        assert seen[-1] == [CreateEmbeddingResponse] * 2
+        # re-drawn; a swap-model plan names a chat model, which an embedding call keeps out of
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1).swap_model("gpt-4.1"))
+    assert api.count == 3 and redrawn.live_steps == 1
+    assert redrawn.result["two"] == [[0.3, 0.0], [0.3, 1.0]]  # drawn again: request 3
+    assert api.requests[-1][1]["model"] == "text-embedding-3-small"
+    assert seen[-1] == [CreateEmbeddingResponse] * 2

@@ -103,6 +103,26 @@ OPENAI = Recipe(
             exclude=_TRANSPORT,
             **_OPENAI_CHAT_USAGE,
         ),
+        # embeddings: a step of their own kind; a swap-model plan's chat model does not apply
+        Target(
+            "openai.resources.embeddings.Embeddings.create",
+            "embedding",
+            "openai.embeddings.create",
+            response_type="openai.types:CreateEmbeddingResponse",
+            model_arg=None,
+            exclude=_TRANSPORT,
+            usage_input=("usage.prompt_tokens",),
+        ),
+        Target(
+            "openai.resources.embeddings.AsyncEmbeddings.create",
+            "embedding",
+            "openai.embeddings.create",
+            is_async=True,
+            response_type="openai.types:CreateEmbeddingResponse",
+            model_arg=None,
+            exclude=_TRANSPORT,
+            usage_input=("usage.prompt_tokens",),
+        ),
         Target(
             "openai.resources.responses.Responses.create",
             "llm",
