@@ -234,6 +234,9 @@ def patch(
     manager_args: tuple[str, ...] = (),
     usage_input: tuple[str, ...] = (),
     usage_output: tuple[str, ...] = (),
+    reparse: str | None = None,
+    reparse_response: str = "response",
+    reparse_args: tuple[tuple[str, str], ...] = (),
 ) -> Patch:
     """Make every call of ``target`` inside a recorded or replayed run one step.
 
@@ -269,6 +272,9 @@ def patch(
         manager_args=tuple(manager_args),
         usage_input=tuple(usage_input),
         usage_output=tuple(usage_output),
+        reparse=reparse,
+        reparse_response=reparse_response,
+        reparse_args=tuple(tuple(pair) for pair in reparse_args),  # type: ignore[misc]
     )
     owned = not isinstance(owner, type) or attr in owner.__dict__
     handle = Patch(target, owner, attr, raw, spec, owned=owned)
