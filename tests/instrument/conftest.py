@@ -18,7 +18,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must no
 
 
 class FakeLLMAPI:
-    """Answers OpenAI (chat completions, responses) and Anthropic (messages) requests.
+    """Answers OpenAI (chat completions, responses, embeddings) and Anthropic (messages)
+    requests.
 
     ``reply(body, n)`` returns the assistant text (or a dict with ``tool_call`` / ``text``)
     for the n-th request (1-based); the API wraps it in the right JSON or SSE shape. Requests
@@ -98,6 +99,8 @@ class FakeLLMAPI:
         n = len(self.requests)
         model = body.get("model", "model")
         ids = {"x-request-id": f"req_{n}", "request-id": f"req_{n}"}  # OpenAI's, Anthropic's
+        if path.endswith("/embeddings"):
+            return httpx2.Response(200, json=_embeddings(answer, model, n, body), headers=ids)
         if path.endswith("/chat/completions"):
             if body.get("stream"):
                 return _sse(httpx2, None, _chat_chunks(answer, model, n))
@@ -125,6 +128,21 @@ def _sse(httpx2: Any, event_key: str | None, events: list[dict[str, Any]]) -> An
     return httpx2.Response(
         200, content="".join(lines).encode(), headers={"content-type": "text/event-stream"}
     )
+
+
+def _embeddings(answer: dict[str, Any], model: str, n: int, body: dict[str, Any]) -> Any:
+    # one vector per input text, [n / 10, i]: a new request gives new vectors; the reply's text
+    # is not used (``encoding_format`` is ignored: floats, which the SDK takes as they are)
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    return {
+        "object": "list",
+        "model": model,
+        "data": [
+            {"object": "embedding", "index": i, "embedding": [n / 10, float(i)]}
+            for i in range(len(texts))
+        ],
+        "usage": {"prompt_tokens": 3 * len(texts), "total_tokens": 3 * len(texts)},
+    }
 
 
 def _chat_completion(answer: dict[str, Any], model: str, n: int) -> dict[str, Any]:

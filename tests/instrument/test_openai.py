@@ -10,6 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
+from pydantic import BaseModel
 
 from agent_replay import CanonicalEncodingError, ReplayPlan, instrument
 from agent_replay.errors import RecordedStepError
@@ -556,3 +557,183 @@ def test_a_lone_surrogate_in_a_response_is_escaped_not_fatal(tmp_path):
     assert len(requests) == 1
     assert not held.diverged and held.live_steps == 0
     assert held.result == len("bad \\ud800 half")  # a held replay serves the escaped text
+
+
+def test_embeddings_are_steps_held_without_a_request_and_redrawn_live(make_api):
+    from openai.types import CreateEmbeddingResponse
+
+    api = make_api()
+    client, aclient = api.openai(), api.async_openai()
+    seen = []
+
+    def agent(question):
+        one = client.embeddings.create(model="text-embedding-3-small", input=question)
+        two = asyncio.run(
+            aclient.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+        )
+        seen.append([type(one), type(two)])
+        return {"one": one.data[0].embedding, "two": [d.embedding for d in two.data]}
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "rainy cities"})
+        assert api.count == 2
+        assert [s.label for s in traj.steps] == ["embedding:openai.embeddings.create"] * 2
+        assert traj.steps[0].inputs["input"] == "rainy cities"
+        assert traj.steps[0].attributes["input_tokens"] == 3
+        assert traj.steps[1].attributes["input_tokens"] == 6
+        held = replay_agent(agent, traj)
+        assert api.count == 2  # held: no request at all
+        assert (held.live_steps, held.diverged) == (0, False)
+        assert (
+            held.result
+            == traj.outcome.result
+            == {"one": [0.1, 0.0], "two": [[0.2, 0.0], [0.2, 1.0]]}
+        )
+        assert seen[-1] == [CreateEmbeddingResponse] * 2
+        # re-drawn; a swap-model plan names a chat model, which an embedding call keeps out of
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1).swap_model("gpt-4.1"))
+    assert api.count == 3 and redrawn.live_steps == 1
+    assert redrawn.result["two"] == [[0.3, 0.0], [0.3, 1.0]]  # drawn again: request 3
+    assert api.requests[-1][1]["model"] == "text-embedding-3-small"
+    assert seen[-1] == [CreateEmbeddingResponse] * 2
+
+
+class City(BaseModel):
+    name: str
+    rainy: bool
+
+
+def city_reply(body, n):
+    return json.dumps({"name": f"Paris{n}", "rainy": True})
+
+
+def test_parse_is_a_step_held_as_a_parsed_chat_completion_of_the_users_class(make_api):
+    from openai.types.chat import ParsedChatCompletion
+
+    api = make_api(city_reply)
+    client, aclient = api.openai(), api.async_openai()
+    seen = []
+
+    def agent(question):
+        messages = [{"role": "user", "content": question}]
+        one = client.chat.completions.parse(model="m", messages=messages, response_format=City)
+
+        async def later():
+            return await aclient.chat.completions.parse(
+                model="m", messages=messages, response_format=City
+            )
+
+        two = asyncio.run(later())
+        seen.append([(type(r), type(r.choices[0].message.parsed)) for r in (one, two)])
+        return [r.choices[0].message.parsed.name for r in (one, two)]
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"question": "capital?"})
+        assert api.count == 2
+        assert [s.label for s in traj.steps] == ["llm:openai.chat.completions.parse"] * 2
+        stored = traj.steps[0].inputs["response_format"]
+        assert stored["type"] == f"{__name__}:City"
+        assert stored["schema"]["properties"]["rainy"] == {"title": "Rainy", "type": "boolean"}
+        assert traj.steps[0].attributes["input_tokens"] == 10
+        held = replay_agent(agent, traj)
+        assert api.count == 2  # held: no request
+        assert (held.live_steps, held.diverged) == (0, False)
+        assert held.result == traj.outcome.result == ["Paris1", "Paris2"]
+        assert held.trajectory().head_hash == traj.head_hash
+        parsed = [(ParsedChatCompletion, City)] * 2
+        assert [(origin(t), p) for t, p in seen[-1]] == parsed
+        redrawn = replay_agent(agent, traj, ReplayPlan.ablate_from(1))
+    assert api.count == 3 and redrawn.live_steps == 1
+    assert redrawn.result == ["Paris1", "Paris3"]
+    assert [(origin(t), p) for t, p in seen[-1]] == parsed
+
+
+def origin(cls):
+    """``ParsedChatCompletion`` for ``ParsedChatCompletion[City]`` (the SDK parametrises it)."""
+    meta = getattr(cls, "__pydantic_generic_metadata__", None) or {}
+    return meta.get("origin") or cls
+
+
+class Town(BaseModel):  # City with one more field: another schema
+    name: str
+    rainy: bool
+    size: int = 0
+
+
+def test_parse_held_with_tools_and_request_id_live_on_a_changed_class_or_edit(make_api):
+    def reply(body, n):
+        if body.get("tools"):
+            return {"tool_call": ("City", {"name": "Lyon", "rainy": False})}
+        return city_reply(body, n)
+
+    api = make_api(reply)
+    client = api.openai()
+    seen, fmt = [], [City]
+
+    def agent(use_tools):
+        tools = [openai.pydantic_function_tool(City)] if use_tools else openai.omit
+        out = client.chat.completions.parse(
+            model="m",
+            messages=[{"role": "user", "content": "capital?"}],
+            response_format=fmt[0],
+            tools=tools,
+        )
+        seen.append(out)
+        message = out.choices[0].message
+        if message.tool_calls:
+            return message.tool_calls[0].function.parsed_arguments.name
+        return message.parsed.name
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent, {"use_tools": True})
+        held = replay_agent(agent, traj)
+        assert api.count == 1 and held.result == "Lyon"
+        arguments = seen[-1].choices[0].message.tool_calls[0].function.parsed_arguments
+        assert type(arguments) is City and seen[-1]._request_id == "req_1"
+
+        plain = record_agent(agent, {"use_tools": False})
+        assert api.count == 2 and plain.outcome.result == "Paris2"
+        # a class whose schema changed is another call: it goes live, never served stale
+        fmt[0] = Town
+        changed = replay_agent(agent, plain)
+        assert api.count == 3 and changed.live_steps == 1 and changed.diverged
+        assert type(seen[-1].choices[0].message.parsed) is Town
+        # an edited call is made with the caller's class
+        fmt[0] = City
+        edited = [{"role": "user", "content": "another?"}]
+        again = replay_agent(agent, plain, ReplayPlan.ablate_from(0).edit(0, {"messages": edited}))
+    assert api.count == 4 and again.result == "Paris4"
+    assert type(seen[-1].choices[0].message.parsed) is City
+    body = api.requests[-1][1]
+    assert body["messages"] == edited and body["response_format"]["json_schema"]["name"] == "City"
+
+
+def test_parse_built_on_create_is_still_one_step(make_api, monkeypatch):
+    # openai 3.57's parse posts by itself; an SDK whose parse calls create (as the stream()
+    # helper does) gets one parse step, the create inside it being part of that step
+    from openai.lib._parsing import parse_chat_completion, type_to_response_format_param
+    from openai.resources.chat.completions import completions
+
+    def parse_on_create(resource, *, response_format, tools=openai.omit, **kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if v is not openai.omit and v is not None}
+        kwargs.pop("timeout", None)
+        raw = resource.create(
+            response_format=type_to_response_format_param(response_format), tools=tools, **kwargs
+        )
+        return parse_chat_completion(
+            response_format=response_format, input_tools=tools, chat_completion=raw
+        )
+
+    monkeypatch.setattr(completions, "parse", parse_on_create)
+    api = make_api(city_reply)
+    client = api.openai()
+
+    def agent():
+        out = client.chat.completions.parse(model="m", messages=[], response_format=City)
+        return out.choices[0].message.parsed.name
+
+    with instrument.installed("openai"):
+        traj = record_agent(agent)
+        held = replay_agent(agent, traj)
+    assert [s.label for s in traj.steps] == ["llm:openai.chat.completions.parse"]
+    assert api.count == 1 and held.result == traj.outcome.result == "Paris1"

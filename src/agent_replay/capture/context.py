@@ -785,6 +785,7 @@ _SPAN_KIND = {
     StepKind.LLM: trace.SpanKind.CLIENT,
     StepKind.TOOL: trace.SpanKind.INTERNAL,
     StepKind.MEMORY: trace.SpanKind.CLIENT,
+    StepKind.EMBEDDING: trace.SpanKind.CLIENT,
 }
 _OPERATION = {
     StepKind.LLM: "chat",
@@ -819,7 +820,7 @@ def span_attributes(
         attrs["gen_ai.tool.name"] = call.name
         attrs["gen_ai.tool.type"] = "function"
     model = model_hint or call.inputs.get("model")
-    if call.kind is StepKind.LLM and isinstance(model, str):
+    if call.kind in (StepKind.LLM, StepKind.EMBEDDING) and isinstance(model, str):
         attrs["gen_ai.request.model"] = model
     if call.agent is not None:
         attrs["gen_ai.agent.name"] = call.agent

@@ -86,6 +86,10 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
         return int(value)
     if isinstance(value, float):
         return float(value)
+    if inputs and isinstance(value, type):
+        # a class given as an argument (``response_format=City``): stored by name and, when it
+        # has one, its JSON schema, so the same class matches and a changed one does not
+        return _class_envelope(value)
     if _is_pydantic(value):
         envelope = {
             ENVELOPE: "pydantic",
@@ -117,6 +121,33 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
         path=path,
         where=where,
     )
+
+
+def _class_envelope(cls: type) -> dict[str, Any]:
+    meta = getattr(cls, "__pydantic_generic_metadata__", None)
+    named = meta["origin"] if meta and meta.get("origin") is not None else cls
+    envelope: dict[str, Any] = {
+        ENVELOPE: "class",
+        "type": f"{cls.__module__}:{getattr(named, '__qualname__', cls.__name__)}",
+    }
+    schema = _class_schema(cls)
+    if schema is not None:
+        envelope["schema"] = _texts(schema)
+    return envelope
+
+
+def _class_schema(cls: type) -> Any:
+    """The JSON schema of a pydantic model, dataclass or TypedDict class (``None`` for others)."""
+    try:
+        if hasattr(cls, "model_json_schema"):
+            return cls.model_json_schema()  # type: ignore[attr-defined]
+        if hasattr(cls, "__dataclass_fields__") or hasattr(cls, "__annotations__"):
+            import pydantic
+
+            return pydantic.TypeAdapter(cls).json_schema()
+    except Exception:  # a class pydantic cannot describe: its name alone identifies it
+        return None
+    return None
 
 
 def _is_pydantic(value: Any) -> bool:
@@ -241,6 +272,11 @@ def _set_response_ids(obj: Any, ids: Any) -> None:
                 setattr(obj, name, found)
 
 
+def copy_response_ids(source: Any, target: Any) -> None:
+    """Give ``target`` the request ids ``source`` has (a response built again from another)."""
+    _set_response_ids(target, _response_ids(source))
+
+
 def _forget_unset(obj: Any, paths: Any) -> None:
     """Mark the fields at ``paths`` (from :func:`_unset_fields`) as not set in ``obj``."""
     if not isinstance(paths, list):
@@ -302,6 +338,8 @@ def from_data(value: Any) -> Any:
                 return {key: from_data(item) for key, item in value["data"].items()}
             if kind in ("stream", "iterator"):
                 return [from_data(item) for item in value["items"]]
+            if kind == "class":  # an argument that was a class (only rebuilt for edited inputs)
+                return resolve_class(value["type"], model=False)
             raise RebuildError(f"unknown envelope {kind!r} in recorded data")
         out = None
         for key, item in value.items():
@@ -320,8 +358,9 @@ def from_data(value: Any) -> Any:
 _CLASSES: dict[str, type] = {}
 
 
-def resolve_class(path: str) -> type:
-    """The class named ``module:QualName``, importing only inside already-imported packages."""
+def resolve_class(path: str, *, model: bool = True) -> type:
+    """The class named ``module:QualName``, importing only inside already-imported packages
+    (a pydantic model class unless ``model=False``)."""
     cls = _CLASSES.get(path)
     if cls is not None:
         return cls
@@ -345,7 +384,11 @@ def resolve_class(path: str) -> type:
     except AttributeError as exc:
         raise RebuildError(f"recorded type {path} no longer exists ({exc})") from exc
     if not isinstance(obj, type) or not hasattr(obj, "model_validate"):
-        raise RebuildError(f"recorded type {path} is not a pydantic model class")
+        if model:
+            raise RebuildError(f"recorded type {path} is not a pydantic model class")
+        if not isinstance(obj, type):
+            raise RebuildError(f"recorded type {path} is not a class")
+        return obj  # not cached: the cache holds model classes only
     _CLASSES[path] = obj
     return obj
 

@@ -55,7 +55,11 @@ class StepSpec:
     its non-streamed response class (used to rebuild a forced plain dict), and a stream manager
     the SDK returns instead of a stream (``anthropic`` ``messages.stream()``). ``model_arg`` /
     ``model_attrs`` say where a swap-model hint goes. ``usage_input`` / ``usage_output`` are
-    dotted paths to token counts inside the response data.
+    dotted paths to token counts inside the response data. ``reparse`` (``module:function``)
+    is what the SDK applies to the raw response before returning it (``parse`` turns a chat
+    completion into one whose ``parsed`` is the caller's class): a held response is passed
+    through it again, as keyword ``reparse_response``, with the call's own arguments as named
+    by ``reparse_args`` (pairs of its keyword and the argument's name).
     """
 
     kind: StepKind
@@ -74,6 +78,9 @@ class StepSpec:
     manager_args: tuple[str, ...] = ()
     usage_input: tuple[str, ...] = ()
     usage_output: tuple[str, ...] = ()
+    reparse: str | None = None
+    reparse_response: str = "response"
+    reparse_args: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -308,7 +315,16 @@ class Interceptor:
         args, kwargs = prepared.args, prepared.kwargs
         if inputs is not prepared.inputs:  # a plan edited the inputs: call with those
             arguments = dict(prepared.hidden)
-            arguments.update(_data.from_data(inputs))
+            for key, value in inputs.items():
+                if (
+                    _data.is_envelope(value, "class")
+                    and value == prepared.inputs.get(key)
+                    and key in prepared.arguments
+                ):
+                    # the class the caller passed, which may not be importable by its name
+                    arguments[key] = prepared.arguments[key]
+                else:
+                    arguments[key] = _data.from_data(value)
             if spec.drop_first and args:
                 arguments = {next(iter(self.signature.parameters)): args[0], **arguments}
             args, kwargs = self._split(arguments)
@@ -411,6 +427,8 @@ class Interceptor:
             value = self._rebuild(action, prepared)
             if _data.is_envelope(action, "stream") and isinstance(action.get("error"), dict):
                 error = rebuild_exception(action["error"])
+            elif spec.reparse is not None and not prepared.streaming:
+                value = self._reparse(value, prepared)
         if self.is_gen or self.is_async_gen:
             return value  # the generator wrapper yields from the list
         if spec.iterator:
@@ -434,6 +452,27 @@ class Interceptor:
                 return manager(lambda: stream, **extra)
             return stream
         return value
+
+    def _reparse(self, value: Any, prepared: _Prepared) -> Any:
+        """A held raw response as the SDK returns it: passed through ``spec.reparse`` with the
+        arguments of this call (the caller's ``response_format`` class, its tools)."""
+        spec = self.spec
+        params = self.signature.parameters
+        arguments: dict[str, Any] = {spec.reparse_response: value}
+        for keyword, name in spec.reparse_args:
+            if name in prepared.arguments:
+                arguments[keyword] = prepared.arguments[name]
+            elif name in params and params[name].default is not inspect.Parameter.empty:
+                arguments[keyword] = params[name].default
+        try:
+            parsed = _data_class(spec.reparse)(**arguments)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise RebuildError(
+                f"{prepared.where}: the recorded response does not parse again with this call's "
+                f"arguments ({type(exc).__name__}: {exc})"
+            ) from exc
+        _data.copy_response_ids(value, parsed)  # a new object: keep the recorded request id
+        return parsed
 
     def _rebuild(self, action: Any, prepared: _Prepared) -> Any:
         try:

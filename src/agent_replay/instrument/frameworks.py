@@ -166,6 +166,9 @@ def _install_recipe(recipe: Recipe, done: Installation, stacklevel: int) -> None
                 manager_args=target.manager_args,
                 usage_input=target.usage_input,
                 usage_output=target.usage_output,
+                reparse=target.reparse,
+                reparse_response=target.reparse_response,
+                reparse_args=target.reparse_args,
             )
         except PatchTargetError as exc:
             note = f"{recipe.framework} {version}: {exc}; target skipped"

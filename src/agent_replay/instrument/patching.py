@@ -24,7 +24,12 @@ from ._intercept import Interceptor, StepSpec
 
 __all__ = ["Patch", "patch", "resolve_target"]
 
-_KINDS = {"llm": StepKind.LLM, "tool": StepKind.TOOL, "memory": StepKind.MEMORY}
+_KINDS = {
+    "llm": StepKind.LLM,
+    "tool": StepKind.TOOL,
+    "memory": StepKind.MEMORY,
+    "embedding": StepKind.EMBEDDING,
+}
 _AUTO = object()  # model_arg not given: "model" for llm targets, none for the others
 _ABSENT = object()  # no such attribute
 _LOCK = threading.Lock()
@@ -229,18 +234,21 @@ def patch(
     manager_args: tuple[str, ...] = (),
     usage_input: tuple[str, ...] = (),
     usage_output: tuple[str, ...] = (),
+    reparse: str | None = None,
+    reparse_response: str = "response",
+    reparse_args: tuple[tuple[str, str], ...] = (),
 ) -> Patch:
     """Make every call of ``target`` inside a recorded or replayed run one step.
 
-    ``kind`` is ``"llm"``, ``"tool"`` or ``"memory"``; ``name`` defaults to ``target`` and may
-    be a template over the call's arguments (``"{self.name}"``). ``side_effects=True`` marks a
-    call that must never run live during a replay. The other options are those of the recipe
-    registry (:mod:`agent_replay.instrument.recipes`); ``model_arg`` (the argument a swap-model
-    plan replaces) defaults to ``"model"`` for ``kind="llm"`` and to none otherwise. Returns a
-    :class:`Patch` (undo it, or use it as a context manager). Raises
-    :class:`PatchTargetError` naming the target when it does not exist or is not callable,
-    ``ValueError`` for an unknown ``kind``. Patching is process-wide; do not patch or undo the
-    same target from several threads at once.
+    ``kind`` is ``"llm"``, ``"tool"``, ``"memory"`` or ``"embedding"``; ``name`` defaults to
+    ``target`` and may be a template over the call's arguments (``"{self.name}"``).
+    ``side_effects=True`` marks a call that must never run live during a replay. The other
+    options are those of the recipe registry (:mod:`agent_replay.instrument.recipes`);
+    ``model_arg`` (the argument a swap-model plan replaces) defaults to ``"model"`` for
+    ``kind="llm"`` and to none otherwise. Returns a :class:`Patch` (undo it, or use it as a
+    context manager). Raises :class:`PatchTargetError` naming the target when it does not exist
+    or is not callable, ``ValueError`` for an unknown ``kind``. Patching is process-wide; do not
+    patch or undo the same target from several threads at once.
     """
     step_kind = _KINDS.get(kind)
     if step_kind is None:
@@ -264,6 +272,9 @@ def patch(
         manager_args=tuple(manager_args),
         usage_input=tuple(usage_input),
         usage_output=tuple(usage_output),
+        reparse=reparse,
+        reparse_response=reparse_response,
+        reparse_args=tuple(tuple(pair) for pair in reparse_args),  # type: ignore[misc]
     )
     owned = not isinstance(owner, type) or attr in owner.__dict__
     handle = Patch(target, owner, attr, raw, spec, owned=owned)

@@ -5,7 +5,8 @@ distribution whose version is checked, the version range the recipe is known to 
 the version it was tested with here), and its :class:`Target` s. A target is what
 ``instrument.patch`` needs: a dotted path, the step kind and name, whether it is async or
 returns a stream (and how to spot that), the SDK classes a replay rebuilds (``module:Name``),
-where a swap-model hint goes and where token usage sits in the response data.
+where a swap-model hint goes, where token usage sits in the response data, and the SDK function
+that turns a held raw response into what the call returns (``reparse``).
 
 To support another SDK, add a recipe here, or call ``instrument.patch`` with the same fields.
 """
@@ -13,6 +14,7 @@ To support another SDK, add a recipe here, or call ``instrument.patch`` with the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["RECIPES", "Recipe", "Target"]
 
@@ -36,6 +38,9 @@ class Target:
     exclude: tuple[str, ...] = ()
     usage_input: tuple[str, ...] = ()
     usage_output: tuple[str, ...] = ()
+    reparse: str | None = None
+    reparse_response: str = "response"
+    reparse_args: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,11 @@ _OPENAI_CHAT_USAGE = {
     "usage_input": ("usage.prompt_tokens",),
     "usage_output": ("usage.completion_tokens",),
 }
+_OPENAI_PARSE: dict[str, Any] = {
+    "reparse": "openai.lib._parsing:parse_chat_completion",
+    "reparse_response": "chat_completion",
+    "reparse_args": (("response_format", "response_format"), ("input_tools", "tools")),
+}
 _OPENAI_RESPONSES_USAGE = {
     "usage_input": ("usage.input_tokens", "response.usage.input_tokens"),
     "usage_output": ("usage.output_tokens", "response.usage.output_tokens"),
@@ -80,6 +90,7 @@ OPENAI = Recipe(
     versions=">=1.66,<4",
     tested="3.57.0",
     notes="client.chat.completions.stream() goes through create(stream=True) and is covered; "
+    "chat.completions.parse() is a step of its own; responses.parse() is not covered; "
     "with_raw_response / with_streaming_response return raw HTTP responses and are not.",
     targets=(
         Target(
@@ -102,6 +113,47 @@ OPENAI = Recipe(
             response_type="openai.types.chat:ChatCompletion",
             exclude=_TRANSPORT,
             **_OPENAI_CHAT_USAGE,
+        ),
+        # parse(response_format=SomeModel): one step (the SDK posts by itself, not through
+        # create); a held response goes through the SDK's own parser with the caller's class
+        Target(
+            "openai.resources.chat.completions.Completions.parse",
+            "llm",
+            "openai.chat.completions.parse",
+            response_type="openai.types.chat:ChatCompletion",
+            exclude=_TRANSPORT,
+            **_OPENAI_PARSE,
+            **_OPENAI_CHAT_USAGE,
+        ),
+        Target(
+            "openai.resources.chat.completions.AsyncCompletions.parse",
+            "llm",
+            "openai.chat.completions.parse",
+            is_async=True,
+            response_type="openai.types.chat:ChatCompletion",
+            exclude=_TRANSPORT,
+            **_OPENAI_PARSE,
+            **_OPENAI_CHAT_USAGE,
+        ),
+        # embeddings: a step of their own kind; a swap-model plan's chat model does not apply
+        Target(
+            "openai.resources.embeddings.Embeddings.create",
+            "embedding",
+            "openai.embeddings.create",
+            response_type="openai.types:CreateEmbeddingResponse",
+            model_arg=None,
+            exclude=_TRANSPORT,
+            usage_input=("usage.prompt_tokens",),
+        ),
+        Target(
+            "openai.resources.embeddings.AsyncEmbeddings.create",
+            "embedding",
+            "openai.embeddings.create",
+            is_async=True,
+            response_type="openai.types:CreateEmbeddingResponse",
+            model_arg=None,
+            exclude=_TRANSPORT,
+            usage_input=("usage.prompt_tokens",),
         ),
         Target(
             "openai.resources.responses.Responses.create",
