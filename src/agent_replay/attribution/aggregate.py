@@ -14,7 +14,7 @@ from ..errors import SuccessfulRunError
 from ..model import Trajectory
 from .api import attribute
 from .result import AttributionResult
-from .stats import Interval, clopper_pearson, mcnemar_p
+from .stats import Interval, clopper_pearson, mcnemar_p, student_t_quantile
 
 __all__ = ["AggregateResult", "StepAggregate", "aggregate_runs"]
 
@@ -122,11 +122,12 @@ class AggregateResult:
 
 
 def mean_interval(values: Sequence[float], confidence: float) -> Interval:
-    """Normal-approximation interval for the mean of ``values`` (two or more)."""
+    """Student-t interval for the mean of ``values`` (two or more runs; the normal quantile
+    covered 179 of 200 times at 95% over 10 runs, ``benchmarks/aggregate_coverage.py``)."""
     mean = statistics.fmean(values)
-    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
-    half = z * statistics.stdev(values) / math.sqrt(len(values))
-    return Interval(mean - half, mean + half, confidence, "normal over runs")
+    t = student_t_quantile(confidence, len(values) - 1)
+    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    return Interval(mean - half, mean + half, confidence, "student t over runs")
 
 
 def aggregate_runs(

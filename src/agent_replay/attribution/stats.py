@@ -36,6 +36,7 @@ __all__ = [
     "fdr_reject",
     "mcnemar_p",
     "paired_difference",
+    "student_t_quantile",
 ]
 
 
@@ -102,6 +103,36 @@ def _solve(f, target: float, lo: float = 0.0, hi: float = 1.0) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def _t_central(theta: float, df: int) -> float:
+    """P(|T| <= sqrt(df) tan(theta)) for Student's t with ``df`` degrees of freedom: the
+    closed-form finite series for whole ``df`` (Abramowitz and Stegun 26.7.3-4)."""
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:
+        term = total = 1.0
+        for j in range(1, df // 2):
+            term *= cos2 * (2 * j - 1) / (2 * j)
+            total += term
+        return sin * total
+    if df == 1:
+        return 2 * theta / math.pi
+    term = total = 1.0
+    for j in range(1, (df - 1) // 2):
+        term *= cos2 * (2 * j) / (2 * j + 1)
+        total += term
+    return 2 / math.pi * (theta + sin * math.cos(theta) * total)
+
+
+@lru_cache(maxsize=1024)
+def student_t_quantile(confidence: float, df: int) -> float:
+    """The ``t`` with P(|T| <= t) = ``confidence`` for Student's t with ``df`` (whole, >= 1)
+    degrees of freedom: the half-width factor of a two-sided interval for a mean."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, not {df}")
+    # P(|T| <= t) increases with theta: bisect its negation
+    theta = _solve(lambda x: -_t_central(x, df), -confidence, 0.0, math.pi / 2)
+    return math.sqrt(df) * math.tan(theta)
 
 
 @lru_cache(maxsize=65536)
