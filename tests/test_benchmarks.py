@@ -36,6 +36,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ),
         ("interception.py", ["patched, no run", "recording", "replay, re-drawn", "replay, held"]),
         ("shapley_coverage.py --recordings 5", ["step pooled coverage", "agent pooled coverage"]),
+        ("aggregate_coverage.py", ["own seeds (aggregate_runs)", "shared streams"]),
         ("masked_culprit.py --runs 3 --budget 2000", ["default", "budget=2000", "names step 5"]),
         (
             "import_memory.py --files 2 --traces 5",

@@ -351,6 +351,18 @@ def test_aggregate_says_how_many_sessions_passed_and_were_not_attributed(demo_db
     assert data["passed_sessions"] == 1 and data["failing_runs"] == 1
 
 
+def test_attribute_seed_picks_the_rollout_streams(demo_db):
+    common = ("attribute", "--db", demo_db, "--session", "s1", "--agent", AGENT)
+    common += ("--verifier", VERIFIER, "--rollouts", "16", "--no-save", "--json")
+    first, again = (json.loads(run(*common, "--seed", "5").stdout) for _ in range(2))
+    assert first["cost"]["seed"] == 5 and first["curve"] == again["curve"]
+    assert json.loads(run(*common).stdout)["cost"]["seed"] == 0
+    refused = run(*common, "--seed", "-1")
+    assert refused.exit_code == 2 and "--seed" in refused.output
+    aggregate = ("aggregate", "--db", demo_db, "--agent", AGENT, "--verifier", VERIFIER)
+    assert run(*aggregate, "--seed", "3", "--rollouts", "8").exit_code == 0
+
+
 def test_aggregate_leaves_out_forks_and_resumed_runs_unless_asked(demo_db):
     """Resumed copies of one failure were counted as independent failing runs: five of them
     made one failure 'systematic'."""

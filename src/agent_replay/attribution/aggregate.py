@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.run import Verifier
+from ..capture.seeds import derive_seed
 from ..errors import SuccessfulRunError
 from ..model import Trajectory
+from ..replay.replayer import stream_key
 from .api import attribute
 from .result import AttributionResult
 from .stats import Interval, clopper_pearson, mcnemar_p, student_t_quantile
@@ -143,16 +145,31 @@ def aggregate_runs(
 
     ``agent_for(trajectory)`` supplies a per-run agent (imported traces: a replay agent each);
     otherwise ``agent`` is used for all. Passing runs are skipped (listed in ``skipped``).
+
+    Runs are pooled as independent: a run whose recorded steps are the same as an earlier
+    run's (a deterministic agent failing the same way twice) would draw the same random
+    streams as that run (see :func:`attribute`'s ``seed``), so each such repeat is attributed
+    under a ``seed`` of its own.
     """
     if agent is None and agent_for is None:
         raise TypeError("aggregate_runs needs an agent, or agent_for(trajectory) giving one")
+    base_seed = attribute_options.pop("seed", 0)
+    repeats: Counter[str] = Counter()
     results, skipped = [], []
     for trajectory in trajectories:
         run_agent = agent_for(trajectory) if agent_for is not None else agent
+        key = stream_key(trajectory)
+        seed = base_seed if not repeats[key] else derive_seed(base_seed, "repeat", repeats[key])
+        repeats[key] += 1
         try:
             results.append(
                 attribute(
-                    trajectory, run_agent, verifier, confidence=confidence, **attribute_options
+                    trajectory,
+                    run_agent,
+                    verifier,
+                    confidence=confidence,
+                    seed=seed,
+                    **attribute_options,
                 )
             )
         except SuccessfulRunError:

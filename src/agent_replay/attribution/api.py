@@ -66,6 +66,7 @@ def attribute(
     fdr_method: str = "e-bh",
     keep_rollouts: bool = False,
     limits: RolloutLimits | None = None,
+    seed: int = 0,
 ) -> AttributionResult:
     """Estimate each step's causal effect on the failure and name the culprit.
 
@@ -84,6 +85,10 @@ def attribute(
     ten times the run's steps (at least 100), no time limit; a rollout stopped by them counts
     as a failure, and the result warns how many were.
 
+    The result is determined by the run, the agent, the verifier and ``seed``: rollout ``r``
+    draws from streams keyed by the recording and ``r``, so the same recorded content gives
+    the same answer. Another ``seed`` draws other streams: an independent repetition.
+
     ``culprit_rule="poc"`` names the Point-of-Commitment step instead (the published
     package's rule, kept for comparison; it is always reported as ``poc_index``).
 
@@ -101,6 +106,10 @@ def attribute(
         raise ValueError(f"culprit_rule must be 'effect' or 'poc'; got {culprit_rule!r}")
     if not 0.5 < confidence < 1:
         raise ValueError("confidence must be in (0.5, 1)")
+    if agents is not None and not isinstance(agents, bool):
+        raise ValueError(f"agents must be True, False or None (automatic); got {agents!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a whole number of at least 0; got {seed!r}")
     counts = {
         "rollouts": rollouts,
         "initial_rollouts": initial_rollouts,
@@ -134,6 +143,7 @@ def attribute(
         cache=cache,
         keep_records=keep_rollouts,  # a record per rollout costs time; only when asked
         limits=limits,
+        seed=seed,
     )
     credit = mode == "credit"
     profile = PrefixProfile(n)
@@ -400,6 +410,7 @@ def attribute(
     cost["seconds"] = round(time.perf_counter() - started, 6)
     cost["full_profile_live_steps"] = (full_rollouts * n * (n + 1)) // 2
     cost["budget"] = budget
+    cost["seed"] = seed
     cost["live_steps_by_part"] = parts
     culprit_step = trajectory.steps[culprit] if culprit is not None else None
     return AttributionResult(

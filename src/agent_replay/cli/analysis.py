@@ -56,6 +56,14 @@ from .common import (
     type=click.IntRange(1),
     help="Cap on live step executions per run (each is one LLM or tool call in real life).",
 )
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Family of the rollouts' random streams (runs that recorded the same steps get "
+    "families of their own).",
+)
 @limits_options
 @json_option
 def aggregate_command(
@@ -67,6 +75,7 @@ def aggregate_command(
     include_branches: bool,
     rollouts: int | None,
     budget: int | None,
+    seed: int,
     max_rollout_steps: int | None,
     rollout_timeout: float | None,
     as_json: bool,
@@ -116,6 +125,7 @@ def aggregate_command(
                 rollouts=rollouts,
                 budget=budget,
                 limits=rollout_limits(trajectories, max_rollout_steps, rollout_timeout),
+                seed=seed,
             )
     left_out = 0 if include_branches else len(branches)
     if as_json:

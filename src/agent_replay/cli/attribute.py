@@ -188,6 +188,13 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     type=click.FloatRange(0.5, 1, min_open=True, max_open=True),
     help="Confidence level of the intervals, strictly between 0.5 and 1.",
 )
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Family of the rollouts' random streams: another seed repeats the analysis independently.",
+)
 @limits_options
 @click.option(
     "--out",
@@ -224,6 +231,7 @@ def attribute_command(
     repair: bool,
     mode: str,
     confidence: float,
+    seed: int,
     max_rollout_steps: int | None,
     rollout_timeout: float | None,
     out_prefix: Path | None,
@@ -284,6 +292,7 @@ def attribute_command(
             mode=mode,
             executor=progress,
             limits=limits,
+            seed=seed,
         )
     explanation = result.explain(trajectory)
     data = build_report(result, trajectory, explanation)

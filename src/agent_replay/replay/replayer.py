@@ -796,6 +796,15 @@ class _Shape:
         object.__setattr__(self, "special", frozenset(self.nested) | frozenset(self.step_effects))
 
 
+def stream_key(trajectory: Trajectory) -> str:
+    """What a recording's random streams are keyed by: a digest of what each step did (kind,
+    name, input and output hashes; not timings or the session id). Two runs with the same
+    key draw the same values in rollout ``r``."""
+    return canonical.hash_value(
+        [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
+    )
+
+
 def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str, _Shape]:
     """Per recording, built once and shared by its rollouts: the decisions that serve a step
     exactly as recorded (the same in every rollout, never changed once made), the key of
@@ -807,9 +816,7 @@ def _prepared(trajectory: Trajectory) -> tuple[list[Decision | None], str, _Shap
     if entry is not None and entry[0]() is trajectory:
         return entry[1], entry[2], entry[3]
     decisions: list[Decision | None] = [None] * len(trajectory.steps)
-    content = canonical.hash_value(
-        [[s.kind.value, s.name, s.input_hash, s.output_hash] for s in trajectory.steps]
-    )
+    content = stream_key(trajectory)
     segments = _segments_of(trajectory)
     # a step's own now() / uuid() values, by its position here (keyed by stream segment)
     local = {segment: i for i, segment in enumerate(segments or ())}

@@ -4,7 +4,9 @@ An :class:`Executor` maps a function over rollout requests: :class:`SerialExecut
 :class:`ThreadExecutor` (sync agents whose steps wait on I/O) and :class:`AsyncExecutor`
 (``async def`` agents, run concurrently up to a limit). Anything with a ``map`` method of the
 same shape plugs in (a distributed executor, for instance). Rollout ``r`` of every plan uses
-seed ``r``: common random numbers across plans.
+seed ``r``: common random numbers across plans. An engine made with another ``seed`` draws
+from another family of streams (rollout ``r`` then uses a seed derived from ``(seed, r)``):
+an independent repetition of the same analysis.
 
 :class:`RolloutEngine` (the seed called it ``AblationEngine``) keeps per-attribution state:
 the coupling of prefix-plan rollouts (work shared exactly, see
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..capture.run import Verifier, is_async_agent
+from ..capture.seeds import derive_seed
 from ..errors import VerifierError
 from ..model import Trajectory
 from ..replay.limits import RolloutLimits
@@ -240,6 +243,8 @@ class RolloutEngine:
     ``keep_records`` keeps a JSON-able record of every rollout (plan, outcome, divergence,
     exception with traceback) in :attr:`records`. ``limits`` bounds each rollout (``None``:
     :meth:`RolloutLimits.default` for the recording; ``RolloutLimits()`` for no limit).
+    ``seed`` chooses the family of random streams (see the module docstring); callers name
+    rollouts ``0, 1, ...`` whatever it is.
     """
 
     def __init__(
@@ -255,8 +260,12 @@ class RolloutEngine:
         keep_records: bool = True,
         max_concurrency: int = 64,
         limits: RolloutLimits | None = None,
+        seed: int = 0,
     ) -> None:
+        if type(seed) is not int or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, not {seed!r}")
         ensure_verified(trajectory)
+        self.seed = seed
         self.trajectory = trajectory
         self.agent = agent
         self.verifier = verifier
@@ -301,7 +310,7 @@ class RolloutEngine:
         results: dict[int, ReplayResult] = {}
         todo = []
         for seed in seeds:
-            cached = self.cache.get(plan, seed) if cacheable else None
+            cached = self.cache.get(plan, self.stream(seed)) if cacheable else None
             # the cache never holds stopped rollouts (same_at); callers wanting the steps
             # need a full execution, not a rejoined one
             if cached is not None and (share or not cached.rejoined):
@@ -316,7 +325,7 @@ class RolloutEngine:
                 results[request.seed] = result
                 self._account(result)
                 if cacheable and result.same_at is None:
-                    self.cache.put(plan, request.seed, result)
+                    self.cache.put(plan, self.stream(request.seed), result)
         self.cost.rollout_seconds += time.perf_counter() - started
         return [results[seed] for seed in seeds]
 
@@ -324,6 +333,10 @@ class RolloutEngine:
         """Share of ``rollouts`` failing under ``plan`` (seeds 0..rollouts-1)."""
         outcomes = self.run(plan, range(rollouts))
         return sum(r.failed for r in outcomes) / max(1, len(outcomes))
+
+    def stream(self, rollout: int) -> int:
+        """The replay seed of rollout ``rollout`` (itself under the default ``seed=0``)."""
+        return rollout if not self.seed else derive_seed("rollouts", self.seed, rollout)
 
     def _rollout(self, request: RolloutRequest) -> ReplayResult:
         with _naming_rollout(request):
@@ -337,7 +350,7 @@ class RolloutEngine:
 
     def _options(self, request: RolloutRequest) -> dict[str, Any]:
         return {
-            "seed": request.seed,
+            "seed": self.stream(request.seed),
             "verifier": self.verifier,
             "pass_context": self.pass_context,
             "verify": False,
