@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
 
 import pytest
@@ -387,3 +388,52 @@ def test_a_step_limit_that_does_not_reach_past_the_branch_point_is_refused(faile
         resume(polling_agent, failed_run, limits=RolloutLimits(2))
     child = fork(polling_agent, failed_run, at_step=1, do="right", limits=RolloutLimits(2))
     assert child.outcome.error is None and len(child.steps) == 2
+
+
+def threaded_agent(ctx):
+    """Each tool step runs in a thread of the agent's own; a thread that fails leaves no
+    value, and the agent carries on (as one whose workers report into a list does)."""
+    values: list[int] = []
+
+    def work(i):
+        values.append(ctx.tool("read", produce=lambda: ctx.rng.randrange(2), i=i))
+
+    for i in range(4):
+        thread = threading.Thread(target=work, args=(i,))
+        thread.start()
+        thread.join()
+    return ctx.llm("pick", produce=lambda: "bad" if ctx.rng.random() < 0.5 else "good")
+
+
+def test_rollouts_stopped_in_the_agents_own_threads_are_not_reported_as_crashes(monkeypatch):
+    """A rollout stopped (at a limit, or because its course is known) where a step runs in
+    a thread the agent started ended that thread with an internal exception, which Python's
+    threading.excepthook printed to stderr as "Exception in thread ..."; it still reaches
+    the hook for the agent's own errors."""
+    reported: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.exc_value))
+    run = next(
+        t for s in range(100) if (t := record(threaded_agent, seed=s, verifier=is_bad_free)).failed
+    )
+    engine = RolloutEngine(run, threaded_agent, is_bad_free)
+    rejoined = 0
+    for position in (4, 3, 2, 1, 0):  # later prefix plans first: earlier ones rejoin them
+        rejoined += sum(r.rejoined for r in engine.run(ReplayPlan.ablate_from(position), range(16)))
+    assert rejoined > 0  # rollouts were stopped, some inside the agent's threads
+    plan = ReplayPlan.ablate_from(0)
+    stopped = replay(threaded_agent, run, plan, verifier=is_bad_free, limits=RolloutLimits(2))
+    assert stopped.stopped == "steps" and stopped.failed
+    assert reported == []
+
+    def crashing(ctx):
+        thread = threading.Thread(target=lambda: 1 / 0)
+        thread.start()
+        thread.join()
+        return threaded_agent(ctx)
+
+    replay(crashing, record(crashing, seed=0))
+    assert [type(e) for e in reported] == [ZeroDivisionError] * 2  # recorded, replayed
+
+
+def is_bad_free(result):
+    return result != "bad"

@@ -666,6 +666,23 @@ class _Rejoined(BaseException):
 _STOP = (_Rejoined, RolloutLimitExceeded)  # end a run quietly: the driver says why
 
 
+def _quiet_stops_in_threads() -> None:
+    """A rollout stopped while one of its steps runs in a thread the agent started ends that
+    thread with the stop, which ``threading.excepthook`` would print as a crash ("Exception
+    in thread ..."). Wrap the hook in place (again if something replaced it since) so that
+    it passes on everything but the stops."""
+    hook = threading.excepthook
+    if getattr(hook, "passes_on", None) is not None:
+        return
+
+    def quiet(args: Any) -> None:
+        if not isinstance(args.exc_value, _STOP):
+            hook(args)
+
+    quiet.passes_on = hook  # type: ignore[attr-defined]
+    threading.excepthook = quiet
+
+
 class Coupling:
     """What common random numbers let rollouts of prefix plans share.
 
@@ -913,6 +930,7 @@ def _setup(
         ensure_verified(trajectory)
     plan.validate(trajectory, getattr(agent_fn, "observation_only", ()))
     driver = Replayer(trajectory, plan, seed)
+    _quiet_stops_in_threads()
     driver.coupling = coupling
     driver.stop_if_same_at = stop_if_same_at if coupling is not None else None
     if limits is not None:
