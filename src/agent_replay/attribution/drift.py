@@ -3,7 +3,11 @@
 ``F(p)`` is measured at every prefix position; the entropy ``H(p)`` of a Bernoulli(``F(p)``)
 outcome is how undecided the run still is after ``p`` held steps (1 bit: a coin flip, 0: the
 outcome is sealed). The commitment index is the step after which the entropy stays below
-``sealed_bits``: where the run's fate sealed. An optional ``state_scorer(step) -> [0, 1]``
+``sealed_bits``: where the run's fate sealed; when it is below at every position, even with
+no step held, the fate was sealed from the start (``sealed_from_start``: no re-draw changes
+the outcome). The factual replays (every step held) are checked against the recording, as
+attribution checks them: a replay that does not reproduce the recorded outcome is warned of,
+since every F(p) is then measured on another run. An optional ``state_scorer(step) -> [0, 1]``
 adds a health curve; *silent decay* is health falling (by ``decay`` or more from its best)
 while the outcome is still open - trouble building before the outcome shows it.
 """
@@ -46,6 +50,21 @@ class DriftResult:
     rollouts: int
     live_steps: int
     stopped: int = 0  # rollouts stopped by their limits (counted as failures)
+    sealed_from_start: bool = False  # settled at every position: no re-draw changes it
+    warnings: tuple[str, ...] = ()  # the factual replays did not reproduce the recording
+
+    @property
+    def fate(self) -> str:
+        """In words: where the run's fate sealed."""
+        if self.sealed_from_start:
+            outcome = "fail" if self.failure_rates[0] >= 0.5 else "pass"
+            return (
+                f"before the first step (rollouts {outcome} whichever steps are re-drawn: "
+                "the outcome does not depend on any step's draw)"
+            )
+        if self.commitment_index is None:
+            return "never (the outcome stays open)"
+        return f"after step {self.commitment_index}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +79,9 @@ class DriftResult:
             "rollouts": self.rollouts,
             "live_steps": self.live_steps,
             "stopped": self.stopped,
+            "sealed_from_start": self.sealed_from_start,
+            "fate": self.fate,
+            "warnings": list(self.warnings),
         }
 
     def to_svg(self, width: int = 640, height: int = 220) -> str:
@@ -113,9 +135,10 @@ class DriftResult:
             f"<!doctype html><meta charset='utf-8'><title>drift "
             f"{html.escape(self.session_id)}</title><body style='font-family:sans-serif'>"
             f"<h1>Drift of {html.escape(self.session_id)}</h1>{self.to_svg()}"
-            f"<p>Commitment index: {self.commitment_index}; silent decay: "
+            f"<p>Fate sealed: {html.escape(self.fate)}; silent decay: "
             f"{'yes, from step ' + str(self.decay_step) if self.silent_decay else 'no'}</p>"
-            "</body>"
+            + "".join(f"<p><strong>Warning:</strong> {html.escape(w)}</p>" for w in self.warnings)
+            + "</body>"
         )
 
     def to_html(self, path: str) -> str:
@@ -148,16 +171,20 @@ def drift(
     )
     n = len(trajectory.steps)
     rates, intervals = [], []
-    for position in range(n + 1):
+    for position in range(n, -1, -1):  # the factual replays first: they are checked
         results = engine.run(ReplayPlan.ablate_from(position), range(rollouts))
         failures = sum(r.failed for r in results)
         rates.append(failures / rollouts)
         intervals.append(clopper_pearson(failures, rollouts, confidence))
+        if position == n:
+            warnings = _fidelity_warnings(trajectory, results)
+    rates.reverse()
+    intervals.reverse()
     entropy = tuple(entropy_bits(p) for p in rates)
     # the last position whose outcome is still open; the step there sealed it (none when the
     # outcome is open even with every step held, or sealed from the start)
-    last_open = next((p for p in range(n, -1, -1) if entropy[p] > sealed_bits), n)
-    commitment = last_open if last_open < n else None
+    last_open = next((p for p in range(n, -1, -1) if entropy[p] > sealed_bits), None)
+    commitment = last_open if last_open is not None and last_open < n else None
     health = None
     silent, decay_step = False, None
     if state_scorer is not None:
@@ -182,7 +209,30 @@ def drift(
         engine.cost.rollouts,
         engine.cost.live_steps,
         engine.cost.stopped,
+        sealed_from_start=last_open is None,
+        warnings=warnings,
     )
+
+
+def _fidelity_warnings(trajectory: Trajectory, factual: list[Any]) -> tuple[str, ...]:
+    """What is wrong with the factual replays (every step held), which should give the
+    recorded outcome every time."""
+    warnings = []
+    recorded = trajectory.failed
+    if recorded is not None:
+        reproduced = sum(r.failed == recorded for r in factual) / len(factual)
+        if reproduced < 1.0:
+            outcome = "failure" if recorded else "success"
+            warnings.append(
+                f"factual replays reproduce the recorded {outcome} only {reproduced:.0%} of "
+                f"the time ({len(factual)} replays): the replay does not reproduce the run "
+                "(a non-deterministic verifier, tool or agent code?), so F(p) is measured "
+                "on another run"
+            )
+    diverged = sum(r.diverged for r in factual)
+    if diverged:
+        warnings.append(f"{diverged} of {len(factual)} factual replays diverged from the recording")
+    return tuple(warnings)
 
 
 def _health(state_scorer: Callable[[Step], float], step: Step) -> float:

@@ -216,12 +216,9 @@ def drift_command(
     echo(f"{'position':>8}  {'F(p)':>6}  {'entropy':>7}")
     for position, (rate, bits) in enumerate(zip(result.failure_rates, result.entropy, strict=True)):
         echo(f"{position:>8}  {rate:>6.2f}  {bits:>7.2f}  " + "#" * round(bits * 20))
-    sealed = (
-        "never (the outcome stays open)"
-        if result.commitment_index is None
-        else f"after step {result.commitment_index}"
-    )
-    echo(f"fate sealed: {sealed}")
+    echo(f"fate sealed: {result.fate}")
+    for warning in result.warnings:
+        echo(f"warning: {warning}")
     if result.health is not None:
         echo(
             "silent decay: "
