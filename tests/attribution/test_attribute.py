@@ -469,6 +469,19 @@ def test_aggregate_draws_repeated_runs_independently(demo_run):
         attribute(demo_run, support_agent, refund_approved, seed=-1)
 
 
+def test_a_budget_that_runs_out_before_a_step_separates_says_so(demo_run):
+    """A small budget left every interval near [-1, 1] and the report said only 'search
+    stopped: budget'; it now says how far the search got and what a larger budget buys."""
+    small = attribute(demo_run, support_agent, refund_approved, budget=20)
+    assert small.stop_reason == "budget" and small.verdict == "undecided"
+    (warning,) = [w for w in small.warnings if "budget (20 live step" in w]
+    assert "ran out before the search separated a step: 0 of 6 scorable steps" in warning
+    assert "the largest effect seen is steps 0-" in warning and "a larger budget" in warning
+    enough = attribute(demo_run, support_agent, refund_approved)
+    assert enough.verdict == "separated"
+    assert not any("ran out" in w for w in enough.warnings)
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, "false"])
 def test_agents_must_be_a_boolean_or_none(demo_run, bad):
     """``agents="yes"`` was taken silently (truthy), ``agents="false"`` as True."""

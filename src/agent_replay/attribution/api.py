@@ -298,6 +298,9 @@ def attribute(
                     "hide there behind a protective step (a larger budget would split them)"
                 )
 
+    if search is not None and stop_reason == "budget" and verdict != SEPARATED and budget:
+        warnings.append(_budget_ran_out(search, budget, observation_only, n))
+
     shapley = agent_shapley = None
     diverged_before, rollouts_before = engine.cost.diverged, engine.cost.rollouts
     parts = {"search": engine.cost.live_steps}
@@ -450,6 +453,31 @@ def attribute(
         culprit_span_id=culprit_step.span_id if culprit_step is not None else None,
         rollout_records=tuple(engine.records) if keep_rollouts else (),
     )
+
+
+def _budget_ran_out(
+    search: SearchResult, budget: float, observation_only: frozenset[int], n: int
+) -> str:
+    """Why the intervals are wide: the search stopped on the budget before it separated a
+    step, and where the largest effect it saw is."""
+    scored = [s for s in search.segments if not (s.width == 1 and s.start in observation_only)]
+    alone = sum(1 for s in scored if s.width == 1)
+    text = (
+        f"the budget ({budget:g} live step executions) ran out before the search separated "
+        f"a step: {alone} of {n - len(observation_only)} scorable steps measured alone"
+    )
+    candidate = search.candidate or max(scored, key=lambda s: s.estimate, default=None)
+    if candidate is not None:
+        where = (
+            f"step {candidate.start}"
+            if candidate.width == 1
+            else f"steps {candidate.start}-{candidate.end - 1} together"
+        )
+        text += (
+            f"; the largest effect seen is {where}, {candidate.estimate:+.2f} "
+            f"[{candidate.interval.low:+.2f}, {candidate.interval.high:+.2f}]"
+        )
+    return text + "; a larger budget (or none) narrows the intervals and splits the segments"
 
 
 def _left_out(what: str, left: float | None) -> str:
