@@ -44,6 +44,8 @@ __all__ = [
     "digest",
     "encode",
     "encode_stored",
+    "escape_text",
+    "escape_texts",
     "hash_value",
     "plain_json",
     "snapshot",
@@ -276,6 +278,43 @@ def _plain_scalar(value: Any) -> Any:
         if isinstance(value, kind):
             return kind(value)
     return repr(value)
+
+
+def escape_text(value: str) -> str:
+    """``value``, with lone surrogates escaped (``\\ud800``) when it has any.
+
+    Such text cannot be stored as UTF-8, and any server, SDK or exception message can hold
+    one: captured calls and exceptions escape it rather than failing the whole recording. A
+    held replay serves the escaped text; escaping it again changes nothing, so an agent
+    passing it back makes the same request it made when recording.
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def escape_texts(value: Any) -> Any:
+    """A JSON value with :func:`escape_text` applied to every string (the value itself when none
+    needs it)."""
+    t = type(value)
+    if t is str:
+        return escape_text(value)
+    if t is dict:
+        items = [
+            (escape_text(key) if type(key) is str else key, key, escape_texts(item), item)
+            for key, item in value.items()
+        ]
+        if all(k is k0 and v is v0 for k, k0, v, v0 in items):
+            return value
+        return {k: v for k, _, v, _ in items}
+    if t is list:
+        new = [escape_texts(item) for item in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
 
 
 def hash_value(value: Any) -> str:

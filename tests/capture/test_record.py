@@ -8,8 +8,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import Session, record
+from agent_replay import Session, instrument, record, replay
 from agent_replay.errors import CanonicalEncodingError, StoreError, VerifierError
+from agent_replay.instrument import record_agent, replay_agent
 
 
 def agent(ctx, question):
@@ -64,6 +65,45 @@ def test_step_exception_is_recorded_and_reraised():
     traj = record(agent_catching)
     assert traj.steps[0].error["type"] == "ZeroDivisionError"
     assert traj.outcome.result == "recovered"
+
+
+def test_exceptions_holding_text_that_utf8_cannot_store_are_recorded_escaped():
+    """A step's exception, or the one that ended the run, whose message holds a lone
+    surrogate (a decoding error's message does) failed the whole recording with a
+    CanonicalEncodingError; it is escaped, as text in captured calls is."""
+
+    def bad_bytes():
+        raise ValueError("cannot parse \udc80 in reply")
+
+    def agent(ctx):
+        try:
+            ctx.tool("parse", produce=bad_bytes)
+        except ValueError as exc:
+            caught = str(exc)
+        raise RuntimeError(f"gave up: {caught}")
+
+    traj = record(agent)
+    traj.verify()
+    assert traj.steps[0].error["message"] == "cannot parse \\udc80 in reply"
+    assert traj.steps[0].error["args"] == ["cannot parse \\udc80 in reply"]
+    assert traj.outcome.error["message"] == "gave up: cannot parse \\udc80 in reply"
+    assert "\\udc80" in traj.outcome.error["traceback"]
+    held = replay(agent, traj)  # served as recorded: the escaped text, the same outcome
+    assert held.outcome.error["message"] == "gave up: cannot parse \\udc80 in reply"
+
+    @instrument.tool
+    def lookup(key):
+        raise KeyError(f"no {key}\ud800")
+
+    def instrumented():
+        try:
+            lookup("k")
+        except KeyError as exc:
+            return exc.args[0]
+
+    run = record_agent(instrumented)
+    assert run.steps[0].error["args"] == ["no k\\ud800"]
+    assert replay_agent(instrumented, run).result == "no k\\ud800"
 
 
 def test_unencodable_output_names_the_step_even_if_swallowed():

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opentelemetry import trace
 
 from .._version import __version__
-from ..canonical import snapshot
+from ..canonical import escape_texts, snapshot
 from ..errors import RecordedStepError
 from ..model import StepKind
 from .seeds import ContextRandom, KeyedRandom
@@ -646,7 +646,9 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
             value = getattr(exc, name, None)
             if _plain(value) and value is not None:
                 described.setdefault("attributes", {})[name] = value
-    return described
+    # text that cannot be stored as UTF-8 (a lone surrogate in the message) is escaped, as in
+    # captured calls: the recording keeps the step instead of failing
+    return escape_texts(described)
 
 
 def _plain(value: Any) -> bool:

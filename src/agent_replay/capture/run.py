@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..canonical import snapshot
+from ..canonical import escape_texts, snapshot
 from ..errors import CanonicalEncodingError, VerifierError
 from ..model import Outcome
 from .context import activate, deactivate, exception_text
@@ -245,10 +245,15 @@ def coerce_score(raw: Any, where: str) -> float:
 
 
 def describe_failure(error: BaseException) -> dict[str, Any]:
-    """The stored form of an exception that ended a run (with its traceback)."""
-    return {
-        "type": type(error).__qualname__,
-        "module": type(error).__module__,
-        "message": exception_text(error),
-        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
-    }
+    """The stored form of an exception that ended a run (with its traceback; text that
+    cannot be stored as UTF-8 escaped)."""
+    return escape_texts(
+        {
+            "type": type(error).__qualname__,
+            "module": type(error).__module__,
+            "message": exception_text(error),
+            "traceback": "".join(
+                traceback.format_exception(type(error), error, error.__traceback__)
+            ),
+        }
+    )

@@ -24,6 +24,7 @@ import uuid as _uuid
 from collections.abc import Iterable
 from typing import Any
 
+from ..canonical import escape_text, escape_texts
 from ..errors import CanonicalEncodingError, RebuildError
 
 __all__ = ["ENVELOPE", "from_data", "is_envelope", "to_data", "type_path"]
@@ -45,12 +46,12 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
     """
     t = type(value)
     if t is str:
-        return _text(value)
+        return escape_text(value)
     if t in _SCALARS:
         return value
     if t is dict:
         result = {
-            _text(key) if type(key) is str else key: to_data(
+            escape_text(key) if type(key) is str else key: to_data(
                 item, where=where, inputs=inputs, path=f"{path}.{key}"
             )
             for key, item in value.items()
@@ -81,7 +82,7 @@ def to_data(value: Any, *, where: str, inputs: bool = False, path: str = "$") ->
             where=where,
         )
     if isinstance(value, str):  # subclasses of the scalars: store the plain value
-        return _text(str(value))
+        return escape_text(str(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -132,7 +133,7 @@ def _class_envelope(cls: type) -> dict[str, Any]:
     }
     schema = _class_schema(cls)
     if schema is not None:
-        envelope["schema"] = _texts(schema)
+        envelope["schema"] = escape_texts(schema)
     return envelope
 
 
@@ -171,44 +172,7 @@ def _dump(value: Any, where: str, path: str) -> Any:
             path=path,
             where=where,
         ) from exc
-    return _texts(dumped)
-
-
-def _text(value: str) -> str:
-    """``value``, with lone surrogates escaped (``\\ud800``) when it has any.
-
-    Such text cannot be stored as UTF-8, and any server or SDK user can send one: as the span
-    processor does, it is escaped rather than failing the whole recording. A held replay
-    serves the escaped text; escaping it again changes nothing, so an agent passing it back
-    makes the same request it made when recording.
-    """
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
-
-
-def _texts(value: Any) -> Any:
-    """A JSON value with :func:`_text` applied to every string (the value itself when none
-    needs it)."""
-    t = type(value)
-    if t is str:
-        return _text(value)
-    if t is dict:
-        items = [
-            (_text(key) if type(key) is str else key, key, _texts(item), item)
-            for key, item in value.items()
-        ]
-        if all(k is k0 and v is v0 for k, k0, v, v0 in items):
-            return value
-        return {k: v for k, _, v, _ in items}
-    if t is list:
-        new = [_texts(item) for item in value]
-        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
-    return value
+    return escape_texts(dumped)
 
 
 _MAX_UNSET = 10_000
