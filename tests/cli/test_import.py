@@ -293,3 +293,116 @@ def test_the_summary_describes_the_stored_session_a_file_joined(db_path):
     assert not trajectory["capture"]["replayable"]
     text = runner.invoke(main, second[:-1]).output
     assert "0 of 1 fully replayable" in text
+
+
+def _split_fixture(tmp_path, parts):
+    """``otel_span_only.jsonl`` (chat, chat, execute_tool, invoke_agent: one trace, in two
+    scopes) cut into files of the given span positions (a Collector rotating mid-trace)."""
+    (line,) = (FIXTURES / "generated" / "otel_span_only.jsonl").read_text().splitlines()
+    scopes = json.loads(line)["resourceSpans"][0]["scopeSpans"]
+    spans = [(k, span) for k, scope in enumerate(scopes) for span in scope["spans"]]
+    paths = []
+    for n, positions in enumerate(parts):
+        part = json.loads(line)
+        chosen = [spans[i] for i in positions]
+        part["resourceSpans"][0]["scopeSpans"] = [
+            {**scope, "spans": [span for j, span in chosen if j == k]}
+            for k, scope in enumerate(scopes)
+            if any(j == k for j, _ in chosen)
+        ]
+        path = tmp_path / f"part{n}-{'-'.join(map(str, positions))}.json"
+        path.write_text(json.dumps(part))
+        paths.append(path)
+    return paths
+
+
+def _imported(db_path, *batches):
+    runner = CliRunner()
+    for batch in batches:
+        result = runner.invoke(main, ["import", *map(str, batch), "--db", str(db_path)])
+        assert result.exit_code == 0, result.output
+    with CheckpointStore(db_path) as store:
+        (session,) = store.session_ids()
+        return store.load(session)
+
+
+def test_a_trace_split_over_imports_is_stored_as_imported_whole(tmp_path):
+    """QA: with the tool span in the later file, the first import rebuilt the tool step from
+    the second chat's prompt and the later import added the tool span's own step beside it
+    (4 steps, one call twice); with the agent span alone in the later file, the task became
+    ``{"root_span": ...}``. Each order of the parts now stores what one import of both does."""
+    for n, parts in enumerate((([0, 1], [2, 3]), ([0, 1, 2], [3]), ([2, 3], [0, 1]))):
+        paths = _split_fixture(tmp_path, parts)
+        whole = _imported(tmp_path / f"whole{n}.sqlite", paths)
+        apart = _imported(tmp_path / f"apart{n}.sqlite", *([p] for p in paths))
+        assert len(apart.steps) == 3 and not apart.metadata["capture"]["synthesized_tool_steps"]
+        assert apart.head_hash == whole.head_hash
+        assert apart.task == whole.task and "messages" in apart.task
+
+
+def test_the_task_of_a_conversation_is_its_first_turns_whatever_the_import_order(tmp_path):
+    def turn_file(n):
+        span = otlp_span(
+            n,
+            "chat m",
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": "conv",
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": f"q{n}"}]}]
+                ),
+            },
+        )
+        span["traceId"] = f"{n:032x}"
+        return otlp_file(tmp_path / f"turn{n}.json", span)
+
+    turns = {n: turn_file(n) for n in (1, 2, 3)}
+    stored = _imported(tmp_path / "db.sqlite", [turns[3]], [turns[1]], [turns[2]])
+    assert stored.task["messages"][0]["parts"][0]["content"] == "q1"
+    assert [s.inputs["messages"][0]["parts"][0]["content"] for s in stored.steps] == [
+        "q1",
+        "q2",
+        "q3",
+    ]
+
+
+def test_a_langfuse_session_of_several_traces_keeps_every_traces_scores(tmp_path, db_path):
+    """QA: two traces of one sessionId kept only the second trace's scores."""
+    names = ("openai-agents-2025-09-30.json", "microsoft-agent-2025-10-14.json")
+    docs = [json.loads((FIXTURES / "langfuse" / name).read_text()) for name in names]
+    for doc in docs:
+        doc["trace"]["sessionId"] = "sess-X"
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps(docs))
+    stored = _imported(db_path, [path])
+    scores = stored.metadata["langfuse"]["scores"]
+    assert len({s["trace_id"] for s in scores}) == 2 == len(stored.metadata["trace_ids"])
+    expected = sum(len(doc["trace"].get("scores") or ()) for doc in docs)
+    assert len(scores) == expected > 2
+
+
+def test_token_counts_written_as_text_are_stored_as_numbers(db_path):
+    """Langfuse copies span attributes as text (``"631"``): the counts were stored as
+    strings beside other steps' ints, and a sum over the session broke."""
+    stored = _imported(db_path, [FIXTURES / "langfuse" / "microsoft-agent-2025-10-14.json"])
+    counts = [
+        s.attributes[key]
+        for s in stored.steps
+        for key in ("input_tokens", "output_tokens")
+        if key in s.attributes
+    ]
+    assert counts and all(type(c) is int for c in counts)
+
+
+def test_a_span_that_comes_again_with_other_content_is_warned_of_once(tmp_path, db_path, caplog):
+    """It was said twice: logged on stderr (as the receiver does) and in the summary."""
+    (first,) = _split_fixture(tmp_path, [[0, 1, 2, 3]])
+    document = json.loads(first.read_text())
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]  # the first chat
+    span["attributes"].append({"key": "extra", "value": {"stringValue": "other content"}})
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(document))
+    result = CliRunner().invoke(main, ["import", str(first), str(again), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("with other content") == 1
+    assert not [r for r in caplog.records if "with other content" in r.getMessage()]

@@ -756,7 +756,7 @@ def import_into(
     same id. Importing the same files twice leaves one copy.
     """
     result = ImportResult()
-    sink = DurableSpanSink(store, source="import:otlp")
+    sink = DurableSpanSink(store, source="import:otlp", log_conflicts=False)
     staged = _Traces()
     for report, parsed in _read_each(sources, format, result, on_source):
         if parsed.store is not None:

@@ -103,8 +103,15 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
         for m in mapped:
             m.set_conversation(session)
     raw_scores = trace.get("scores")
-    scores = [
-        {k: s.get(k) for k in ("name", "value", "stringValue", "source", "dataType") if k in s}
+    scores = [  # each naming its trace: a session of several traces keeps every trace's
+        {
+            **{
+                k: s.get(k)
+                for k in ("name", "value", "stringValue", "source", "dataType")
+                if k in s
+            },
+            "trace_id": trace_id or None,
+        }
         for s in (raw_scores if isinstance(raw_scores, list) else ())
         if isinstance(s, dict)
     ]

@@ -167,8 +167,20 @@ class MappedSpan:
             self.conversation_id = str(value)
 
     def set_attr(self, key: str, value: Any) -> None:
+        if key.endswith("_tokens"):  # a count, whatever type the exporter wrote it as
+            value = token_count(value)
         if value is not None and key not in self.attributes:
             self.attributes[key] = value
+
+
+def token_count(value: Any) -> Any:
+    """A token count as an int when it is one written as a float or as text (Langfuse's
+    copied attributes hold ``"631"``); anything else as it is (nothing is lost)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
 
 
 Dialect = Callable[[NormalizedSpan, MappedSpan], bool]

@@ -793,7 +793,7 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
             link = stored_requests.get(step.attributes.get("tool_call_id"))
         if link is not None:
             links[j] = {**step.attributes, "requested_by": link}
-    metadata = dict(new.metadata)
+    metadata = _carried(old_meta, new.metadata)
     metadata["trace_ids"] = sorted({*old_traces, *new_traces})
     # links play no part in the report; the spans and log records add up (traces disjoint)
     report = capture_report(new.steps, before=before)
@@ -902,10 +902,19 @@ def merge(
     ]
     if not kept and all(s.agent is not None for s in new.steps):
         return new  # the stored steps are all captured again, as well as before
+    # a tool step rebuilt from a later prompt (the tool span was in the other part) gives way
+    # to the tool span's own step: one call, one step
+    spanned = {
+        s.attributes.get("tool_call_id")
+        for s in (*kept, *new.steps)
+        if s.kind is StepKind.TOOL and not s.attributes.get("synthesized")
+    }
+    kept = [s for s in kept if not _rebuilt_call(s, spanned)]
+    fresh = [s for s in new.steps if not _rebuilt_call(s, spanned)]
     requesters: dict[int, tuple[str | None, str]] = {}  # id(draft) → its requester's span
     sealed: dict[int, Step] = {}  # id(draft) → the step it is a draft of
     drafts = []
-    for steps, chosen in ((old.steps, kept), (new.steps, new.steps)):
+    for steps, chosen in ((old.steps, kept), (new.steps, fresh)):
         for step in chosen:
             draft = step.draft()
             sealed[id(draft)] = step
@@ -917,7 +926,7 @@ def merge(
     # in start order, the traces interleaved as assembling them together does (_build)
     drafts = _reunited(_interleaved(drafts, _step_key, lambda d: d.trace_id, partial), old.steps)
     _relink(drafts, requesters)
-    metadata = dict(new.metadata)
+    metadata = _carried(old.metadata, new.metadata)
     metadata["trace_ids"] = sorted(set(old.metadata.get("trace_ids", ())) | new_traces)
     metadata["capture"] = report = capture_report(drafts)
     # how many spans and log records it was assembled from (counts per trace are not kept)
@@ -933,14 +942,46 @@ def merge(
     for key in counts:
         if key in old_report or key in new_report:
             report[key] = (earlier.get(key) or 0) + (new_report.get(key) or 0)
+    # the conversation's task is its first turn's: the part whose step comes first, unless
+    # that part only knows its root span's name
+    first = sealed[id(drafts[0])] if drafts else None
+    earlier, later = (new, old) if first is not None and first in fresh else (old, new)
+    task = later.task if is_placeholder_task(earlier) else earlier.task
     return Trajectory(
         session_id=new.session_id,
         steps=_placed(drafts, sealed),
-        task=old.task,
+        task=task,
         seed=new.seed,
         outcome=new.outcome or old.outcome,
         metadata=metadata,
     )
+
+
+def _carried(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new``'s metadata for the session both describe, keeping what ``old``'s holds of its
+    own traces: the Langfuse scores of every trace (each score names its trace)."""
+    metadata = dict(new)
+    before, now = old.get("langfuse"), new.get("langfuse")
+    if isinstance(before, Mapping) and isinstance(now, Mapping):
+        scores = list(before.get("scores") or ())
+        scores += [s for s in now.get("scores") or () if s not in scores]
+        if scores:
+            metadata["langfuse"] = {**now, "scores": scores}
+    return metadata
+
+
+def _rebuilt_call(step: Step, spanned: Collection[Any]) -> bool:
+    """Whether ``step`` is a tool step rebuilt from a prompt for a call that a tool span of
+    its own also recorded."""
+    return bool(step.attributes.get("synthesized")) and (
+        step.attributes.get("tool_call_id") in spanned
+    )
+
+
+def is_placeholder_task(trajectory: Trajectory) -> bool:
+    """Whether ``trajectory``'s task is only its root span's name (no input and no prompt
+    was seen in its spans)."""
+    return trajectory.task == {"root_span": trajectory.metadata.get("root_span")}
 
 
 def _bare(step: Step) -> bool:

@@ -38,7 +38,7 @@ from ..errors import (
     SessionNotFoundError,
     StoreError,
 )
-from ..mapping.assemble import assemble, continue_session, merge
+from ..mapping.assemble import assemble, continue_session, is_placeholder_task, merge
 from ..mapping.spans import (
     LogEvent,
     NormalizedSpan,
@@ -573,10 +573,11 @@ def adopt(
                 _log.warning("agent-replay: cannot merge session %s (%s)", trace_id, exc)
                 continue
             merged = merge(fragment, trajectory, covered=covered)
-            # the conversation's own task and outcome, not those of a fragment without a root
-            trajectory = replace(
-                merged, task=trajectory.task, outcome=trajectory.outcome or fragment.outcome
-            )
+            # the conversation's own task and outcome, not those of a fragment without a root;
+            # unless the conversation's spans here only name their root (its agent span came
+            # in a later file than the prompts)
+            task = merged.task if is_placeholder_task(trajectory) else trajectory.task
+            trajectory = replace(merged, task=task, outcome=trajectory.outcome or fragment.outcome)
             gone[trace_id] = fragment.digest
         out.append(trajectory)
     return out, gone
@@ -655,9 +656,11 @@ class DurableSpanSink:
         idle_seconds: float = 30.0,
         retain_seconds: float = 3600.0,
         batch_traces: int = 200,
+        log_conflicts: bool = True,
     ) -> None:
         self.store = store
         self.source = source
+        self.log_conflicts = log_conflicts  # an import says it in its result instead
         self.idle_seconds = idle_seconds
         self.retain_seconds = retain_seconds
         self.batch_traces = batch_traces
@@ -699,6 +702,7 @@ class DurableSpanSink:
         new_spans, new_logs, conflicting = self.store.add_pending(span_rows, log_rows)
         if conflicting:
             self.conflicting_spans += conflicting
+        if conflicting and self.log_conflicts:
             _log.warning(
                 "agent-replay: %d span(s) arrived again with other content under the same trace "
                 "and span id (a producer that reuses span ids?); the first copy is kept",

@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...model import StepKind
-from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect
+from .. import MappedSpan, NormalizedSpan, Role, parse_json, register_dialect, token_count
 from ..messages import tool_message, with_normalized_messages
 
 SPAN_KIND = "openinference.span.kind"
@@ -573,15 +573,8 @@ def _text(value: Any) -> str | None:
 
 
 def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    count = token_count(value)
+    return count if type(count) is int else None
 
 
 # before gen_ai: a span carrying both dialects (google-adk) is read the OpenInference way first
