@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent_replay import CheckpointStore
+from agent_replay import CheckpointStore, record
 from agent_replay.cli import main
 from agent_replay.demo.agent import refund_approved, support_agent
 
@@ -436,3 +436,45 @@ def test_recorded_text_cannot_drive_the_terminal_or_reverse_the_output(tmp_path)
         )
     shown = run("show", "--db", db, "--session", "h")
     assert "\\u001b]0;pwned\\u0007" in shown.output and "\\u202eevil" in shown.output
+
+
+def test_an_agent_that_calls_sys_exit_ends_its_run_not_the_command(tmp_path, monkeypatch):
+    """QA: a rollout whose agent called ``sys.exit(3)`` ended the whole attribution: the
+    command exited 3 (read as "undecided"), printed nothing and wrote no report; ``record``
+    of such a run stored nothing. The exit is the run's error, as an exception is."""
+    (tmp_path / "quitter.py").write_text(
+        textwrap.dedent("""
+        import sys
+
+        def agent(ctx, x=0):
+            a = ctx.llm("a", produce=lambda: ctx.rng.random())
+            if a < 0.3:
+                sys.exit(3)
+            return {"answer": "bug" if a < 0.9 else "ok"}
+
+        def verifier(result):
+            return result["answer"] == "ok"
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from quitter import agent, verifier
+
+    def seed_where(wanted):
+        return next(s for s in range(100) if wanted(record(agent, seed=s, verifier=verifier)))
+
+    db = tmp_path / "q.sqlite"
+    args = ["--db", db, "--agent", "quitter:agent", "--task", "{}"]
+    exiting = seed_where(lambda t: t.outcome.error is not None)
+    recorded = run("record", *args, "--seed", exiting, "--session", "exits")
+    assert recorded.exit_code == 0 and "error SystemExit" in recorded.output
+    failing = seed_where(lambda t: t.failed and t.outcome.error is None)
+    run("record", *args, "--seed", failing, "--verifier", "quitter:verifier", "--session", "s")
+    out = tmp_path / "rep"
+    result = run(
+        "attribute", "--db", db, "--session", "s", "--agent", "quitter:agent",
+        "--verifier", "quitter:verifier", "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # the culprit is named
+    assert (tmp_path / "rep.json").exists()
+    data = json.loads((tmp_path / "rep.json").read_text())
+    assert data["culprit_index"] == 0 and data["exceptions"]["SystemExit"] > 0

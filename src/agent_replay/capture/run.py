@@ -32,11 +32,12 @@ def _ended(
     exc: BaseException, stop: tuple[type[BaseException], ...]
 ) -> tuple[Any, BaseException | None]:
     """What a run that raised ``exc`` ends with: nothing for a ``stop`` exception in a group
-    (the bare ones are caught before), the error for an ``Exception``; anything else (a
-    ``KeyboardInterrupt``) propagates."""
+    (the bare ones are caught before), the error for an ``Exception`` or a ``SystemExit`` (an
+    agent calling ``sys.exit()`` ends its run, not the analysis running it, nor lends the
+    command its exit code); anything else (a ``KeyboardInterrupt``) propagates."""
     if stop and isinstance(exc, _GROUP) and exc.subgroup(stop) is not None:  # type: ignore[attr-defined]
         return None, None
-    if isinstance(exc, Exception):
+    if isinstance(exc, (Exception, SystemExit)):
         return None, exc
     raise exc
 
