@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent_replay import CheckpointStore, record
+from agent_replay import CheckpointStore, attribute, record
 from agent_replay.cli import main
 from agent_replay.demo.agent import refund_approved, support_agent
 
@@ -409,6 +409,31 @@ def test_json_output_is_strict_json_whatever_the_values(tmp_path):
     assert shown.exit_code == 0, shown.output
     data = json.loads(shown.output, parse_constant=lambda name: pytest.fail(f"bare {name}"))
     assert data["steps"][0]["action"] == {"score": "NaN", "hi": "Infinity"}
+
+
+def test_actions_whose_keys_are_not_strings_are_shown_and_repaired(tmp_path):
+    """QA: an action with int and str keys, or tuple keys (legal data: stored as ``$map``)
+    crashed ``show`` (and ``record``, after storing the run) with a TypeError from the
+    preview, and ``attribute --repair`` when comparing the candidates."""
+
+    def agent(ctx):
+        ctx.tool("grid", produce=lambda: {(1, 2): "x", 3: float("nan")})
+        choice = ctx.llm("dec", produce=lambda: {1: "bug" if ctx.rng.random() < 0.7 else "ok"})
+        return {"answer": choice[1]}
+
+    def verifier(result):
+        return result["answer"] == "ok"
+
+    run_ = next(t for s in range(50) if (t := record(agent, seed=s, verifier=verifier)).failed)
+    db = tmp_path / "k.sqlite"
+    with CheckpointStore(db) as store:
+        store.save(run_)
+    shown = run("show", "--db", db, "--session", run_.session_id)
+    assert shown.exit_code == 0, shown.output
+    assert "(1, 2)" in shown.output
+    result = attribute(run_, agent, verifier, repair=True)
+    assert result.culprit_index == 1 and result.repair.valid
+    assert result.repair.replacement == {1: "ok"}
 
 
 def test_recorded_text_cannot_drive_the_terminal_or_reverse_the_output(tmp_path):

@@ -39,7 +39,9 @@ def minimality(original: Any, replacement: Any) -> float:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
+    """``value`` as text to compare: itself for a string, else its canonical encoding (keys
+    of any type, in a stable order)."""
+    return value if isinstance(value, str) else value_key(value).decode("utf-8", "replace")
 
 
 def value_key(value: Any) -> bytes:

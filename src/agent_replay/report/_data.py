@@ -178,7 +178,7 @@ def visible(text: str) -> str:
 
 def clip(value: Any, width: int = 60) -> str:
     """``value`` on one line (JSON unless it is a string), cut to ``width`` characters."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = value if isinstance(value, str) else json.dumps(plain_json(value), ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
