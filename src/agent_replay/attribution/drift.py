@@ -57,10 +57,17 @@ class DriftResult:
     def fate(self) -> str:
         """In words: where the run's fate sealed."""
         if self.sealed_from_start:
-            outcome = "fail" if self.failure_rates[0] >= 0.5 else "pass"
+            failing = self.failure_rates[0] >= 0.5
+            outcome, every = ("fail", "fails") if failing else ("pass", "passes")
+            rates = [r if failing else 1 - r for r in self.failure_rates]
+            if min(rates) == 1.0:
+                return (
+                    f"before the first step (every rollout {every}, whichever steps are "
+                    "re-drawn: the outcome does not depend on any step's draw)"
+                )
             return (
-                f"before the first step (rollouts {outcome} whichever steps are re-drawn: "
-                "the outcome does not depend on any step's draw)"
+                f"before the first step (rollouts {outcome} at least {min(rates):.0%} of the "
+                "time at every position: re-drawing steps seldom changes the outcome)"
             )
         if self.commitment_index is None:
             return "never (the outcome stays open)"
