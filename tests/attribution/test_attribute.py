@@ -482,6 +482,35 @@ def test_a_budget_that_runs_out_before_a_step_separates_says_so(demo_run):
     assert not any("ran out" in w for w in enough.warnings)
 
 
+def long_run_agent(ctx, n=40, culprit=25):
+    out = None
+    for i in range(n):
+        if i == culprit:
+            out = ctx.llm(f"step{i}", produce=lambda: "bug" if ctx.rng.random() < 0.5 else "ok")
+        else:
+            ctx.tool(f"step{i}", produce=lambda: ctx.rng.random(), i=i)
+    return out
+
+
+def test_a_share_kept_for_extras_that_cannot_fit_goes_to_the_search():
+    """QA: with Shapley values and a repair asked for, the search kept 65% of a 2000-step
+    budget for them, they did not fit in it anyway, and the search, on a third of the
+    budget, came back undecided with 1304 live steps unspent."""
+    run = next(
+        t for s in range(100) if (t := record(long_run_agent, seed=s, verifier=is_ok)).failed
+    )
+    alone = attribute(run, long_run_agent, is_ok, budget=2000)
+    extras = attribute(run, long_run_agent, is_ok, budget=2000, method="both", repair=True)
+    assert alone.culprit_index == extras.culprit_index == 25
+    assert extras.cost["live_steps_by_part"]["search"] == alone.cost["live_steps"] > 1900
+    assert any("step Shapley values left out" in w for w in extras.warnings)
+    assert any("the repair search left out" in w for w in extras.warnings)
+
+
+def is_ok(result):
+    return result == "ok"
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, "false"])
 def test_agents_must_be_a_boolean_or_none(demo_run, bad):
     """``agents="yes"`` was taken silently (truthy), ``agents="false"`` as True."""

@@ -14,7 +14,7 @@ from ..replay.agent import following_counts, unfollowed_warnings
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
-from .budget import fit_repair, fit_shapley, search_budget
+from .budget import fit_repair, fit_shapley, search_budget, worth_reserving
 from .effects import PrefixProfile, SearchResult, search_effects, significant
 from .result import (
     LIKELY,
@@ -234,6 +234,24 @@ def attribute(
     step_shapley = method in ("shapley", "both")
     agent_players = 2 <= len(trajectory.agents) <= 8
     wants_agents = bool(agents) or (agents is None and step_shapley and agent_players)
+    from .repair import MAX_CANDIDATES
+
+    redrawn = sum(resamplable) / 2  # what a rollout of a coalition re-draws, on average
+    agent_count = len({s.agent for s in trajectory.steps if resamplable[s.index] and s.agent})
+    reserve_shapley, reserve_repair = worth_reserving(
+        budget,
+        shapley_players=(
+            *((sum(resamplable),) if step_shapley else ()),
+            *((agent_count,) if wants_agents else ()),
+        ),
+        repair=repair,
+        live=redrawn,
+        rollouts=shapley_rollouts,
+        permutations=shapley_permutations,
+        repair_rollouts=min(rollouts, 64),
+        candidates=MAX_CANDIDATES,
+    )
+    search_share = search_budget(budget, shapley=reserve_shapley, repair=reserve_repair)
     if not any(resamplable):
         search = None
         stop_reason = "nothing to attribute"
@@ -261,7 +279,7 @@ def attribute(
             max_rollouts=rollouts,
             initial_rollouts=min(initial_rollouts, rollouts),
             adaptive=adaptive,
-            budget=search_budget(budget, shapley=step_shapley or wants_agents, repair=repair),
+            budget=search_share,
             spent=lambda: engine.cost.live_steps,
             observation_only=observation_only,
             probe=probe,
@@ -299,7 +317,12 @@ def attribute(
                 )
 
     if search is not None and stop_reason == "budget" and verdict != SEPARATED and budget:
-        warnings.append(_budget_ran_out(search, budget, observation_only, n))
+        kept_for = " and ".join(
+            what
+            for what, kept in (("Shapley values", reserve_shapley), ("the repair", reserve_repair))
+            if kept
+        )
+        warnings.append(_budget_ran_out(search, budget, kept_for, observation_only, n))
 
     shapley = agent_shapley = None
     diverged_before, rollouts_before = engine.cost.diverged, engine.cost.rollouts
@@ -308,7 +331,6 @@ def attribute(
     def left(share: float = 1.0) -> float | None:
         return None if budget is None else (budget - engine.cost.live_steps) * share
 
-    redrawn = sum(resamplable) / 2  # what a rollout of a coalition re-draws, on average
     if step_shapley and search is not None:
         from .shapley import step_shapley_values
 
@@ -337,9 +359,12 @@ def attribute(
     if search is not None and wants_agents:
         from .shapley import agent_shapley_values
 
-        players = len({s.agent for s in trajectory.steps if resamplable[s.index] and s.agent})
         fitted = fit_shapley(
-            left(), players, redrawn, rollouts=shapley_rollouts, permutations=shapley_permutations
+            left(),
+            agent_count,
+            redrawn,
+            rollouts=shapley_rollouts,
+            permutations=shapley_permutations,
         )
         if fitted is None:
             warnings.append(_left_out("agent Shapley values", left()))
@@ -372,7 +397,7 @@ def attribute(
     parts["shapley"] = engine.cost.live_steps - parts["search"]
     found_repair = None
     if repair and culprit is not None:
-        from .repair import MAX_CANDIDATES, find_minimal_repair
+        from .repair import find_minimal_repair
 
         per_candidate = fit_repair(
             left(), n - culprit, rollouts=min(rollouts, 64), candidates=MAX_CANDIDATES
@@ -456,14 +481,24 @@ def attribute(
 
 
 def _budget_ran_out(
-    search: SearchResult, budget: float, observation_only: frozenset[int], n: int
+    search: SearchResult,
+    budget: float,
+    kept_for: str,
+    observation_only: frozenset[int],
+    n: int,
 ) -> str:
-    """Why the intervals are wide: the search stopped on the budget before it separated a
-    step, and where the largest effect it saw is."""
+    """Why the intervals are wide: the search stopped on its share of the budget before it
+    separated a step, and where the largest effect it saw is."""
     scored = [s for s in search.segments if not (s.width == 1 and s.start in observation_only)]
     alone = sum(1 for s in scored if s.width == 1)
+    which = f"the budget ({budget:g} live step executions)"
+    if kept_for:
+        which = (
+            f"the search's share of the budget ({budget:g} live step executions; the rest is "
+            f"kept for {kept_for})"
+        )
     text = (
-        f"the budget ({budget:g} live step executions) ran out before the search separated "
+        f"{which} ran out before the search separated "
         f"a step: {alone} of {n - len(observation_only)} scorable steps measured alone"
     )
     candidate = search.candidate or max(scored, key=lambda s: s.estimate, default=None)

@@ -15,7 +15,14 @@ import math
 
 from .shapley import EXACT_MAX_PLAYERS
 
-__all__ = ["REPAIR_SHARE", "SHAPLEY_SHARE", "fit_repair", "fit_shapley", "search_budget"]
+__all__ = [
+    "REPAIR_SHARE",
+    "SHAPLEY_SHARE",
+    "fit_repair",
+    "fit_shapley",
+    "search_budget",
+    "worth_reserving",
+]
 
 #: the share of the budget the search leaves for Shapley values (step and agent together)
 SHAPLEY_SHARE = 0.4
@@ -33,6 +40,36 @@ def search_budget(budget: float | None, *, shapley: bool, repair: bool) -> float
     if budget is None:
         return None
     return budget * (1 - (SHAPLEY_SHARE if shapley else 0.0) - (REPAIR_SHARE if repair else 0.0))
+
+
+def worth_reserving(
+    budget: float | None,
+    *,
+    shapley_players: tuple[int, ...],
+    repair: bool,
+    live: float,
+    rollouts: int,
+    permutations: int,
+    repair_rollouts: int,
+    candidates: int,
+) -> tuple[bool, bool]:
+    """Whether to keep a share of ``budget`` for Shapley values (of each of
+    ``shapley_players``' player counts, sharing their share) and for the repair: only when
+    even a small version could fit in that share with rollouts re-drawing about ``live``
+    steps. An extra that cannot fit would be left out after the search; its share then goes
+    to the search instead of going unspent."""
+    if budget is None:
+        return bool(shapley_players), repair
+    each = budget * SHAPLEY_SHARE / max(1, len(shapley_players))
+    shapley = bool(shapley_players) and all(
+        fit_shapley(each, players, live, rollouts=rollouts, permutations=permutations) is not None
+        for players in shapley_players
+    )
+    repair = repair and (
+        fit_repair(budget * REPAIR_SHARE, live, rollouts=repair_rollouts, candidates=candidates)
+        is not None
+    )
+    return shapley, repair
 
 
 def fit_shapley(
