@@ -511,6 +511,40 @@ def is_ok(result):
     return result == "ok"
 
 
+def search_agent(ctx, question):
+    plan = ctx.llm("plan", produce=lambda: {"q": question}, prompt=question)
+    hits = ctx.tool("search", produce=lambda: "bug" if ctx.rng.random() < 0.7 else "ok", q=plan)
+    return ctx.llm("write", produce=lambda: hits, context=hits)
+
+
+def test_the_point_of_commitment_rule_measures_every_position():
+    """QA: ``culprit_rule="poc"`` gave 'undecided' beside a step effect of +0.28 [+0.16,
+    +0.38]: the adaptive search left the rule too few positions and too many looks. It now
+    measures the complete profile, as the rule needs."""
+    run = next(
+        t
+        for s in range(100)
+        if (t := record(search_agent, {"question": "q"}, seed=s, verifier=is_ok)).failed
+    )
+    poc = attribute(run, search_agent, is_ok, culprit_rule="poc")
+    assert (poc.verdict, poc.culprit_index, poc.poc_index) == ("likely", 1, 1)
+    assert poc.cost["rollouts"] == 200 * 4  # every position, the default rollouts each
+    assert attribute(run, search_agent, is_ok).culprit_index == 1
+
+
+def test_a_point_of_commitment_rule_that_names_nothing_says_so():
+    def coin(ctx):
+        return ctx.llm("flip", produce=lambda: "bug" if ctx.rng.random() < 0.5 else "ok")
+
+    def never(result):
+        return False
+
+    run = record(coin, seed=0, verifier=never)
+    result = attribute(run, coin, never, culprit_rule="poc", rollouts=20)
+    assert result.verdict == "undecided" and result.poc_index is None
+    assert any("Point-of-Commitment rule names no step" in w for w in result.warnings)
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, "false"])
 def test_agents_must_be_a_boolean_or_none(demo_run, bad):
     """``agents="yes"`` was taken silently (truthy), ``agents="false"`` as True."""

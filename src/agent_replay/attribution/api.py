@@ -87,10 +87,15 @@ def attribute(
 
     The result is determined by the run, the agent, the verifier and ``seed``: rollout ``r``
     draws from streams keyed by the recording and ``r``, so the same recorded content gives
-    the same answer. Another ``seed`` draws other streams: an independent repetition.
+    the same answer. Another ``seed`` draws other streams: an independent repetition. With a
+    ``budget``, how many rollouts the executor runs at once is an input too: the search's
+    batches are sized on it, so where the budget stops it can differ (without a budget only
+    the cost does).
 
     ``culprit_rule="poc"`` names the Point-of-Commitment step instead (the published
-    package's rule, kept for comparison; it is always reported as ``poc_index``).
+    package's rule, kept for comparison; it is always reported as ``poc_index``, from the
+    positions the adaptive search evaluated, tested over its looks). The rule needs every
+    position: with it, the complete profile is measured (``adaptive=False``).
 
     Raises :class:`SuccessfulRunError` for a run that passed (use ``mode="credit"`` to ask
     which step secured the success), :class:`FailedRunError` for a run that failed in credit
@@ -104,6 +109,8 @@ def attribute(
         raise ValueError(f"mode must be 'failure' or 'credit'; got {mode!r}")
     if culprit_rule not in ("effect", "poc"):
         raise ValueError(f"culprit_rule must be 'effect' or 'poc'; got {culprit_rule!r}")
+    if culprit_rule == "poc":
+        adaptive = False  # the rule compares every position with the end
     if not 0.5 < confidence < 1:
         raise ValueError("confidence must be in (0.5, 1)")
     if agents is not None and not isinstance(agents, bool):
@@ -301,6 +308,12 @@ def attribute(
     if culprit_rule == "poc":
         culprit = poc_index
         verdict = LIKELY if poc_index is not None else UNDECIDED
+        if poc_index is None and search is not None:
+            warnings.append(
+                "culprit_rule='poc': the Point-of-Commitment rule names no step (no step's "
+                "re-decision significantly rescues the run); the step effects are reported "
+                "as measured"
+            )
     if search is None:
         verdict = NOTHING
     if verdict == LIKELY and search is not None and search.candidate is not None:
