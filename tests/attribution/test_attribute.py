@@ -545,6 +545,26 @@ def test_a_point_of_commitment_rule_that_names_nothing_says_so():
     assert any("Point-of-Commitment rule names no step" in w for w in result.warnings)
 
 
+def test_aggregate_leaves_out_a_run_the_agent_does_not_replay():
+    """QA: one run of another version of the agent among the runs stopped the whole
+    aggregate with UnfaithfulReplayError; it is left out with the reason now."""
+
+    def other_version(ctx, question):
+        return ctx.tool("lookup", produce=lambda: "bug", q=question)
+
+    runs = [
+        t
+        for s in range(40)
+        if (t := record(search_agent, {"question": "q"}, seed=s, verifier=is_ok)).failed
+    ][:4]
+    stray = record(other_version, {"question": "q"}, verifier=is_ok)
+    result = aggregate_runs([*runs, stray], search_agent, is_ok, rollouts=16)
+    assert result.failing_runs == 4 and list(result.unreplayable) == [stray.session_id]
+    assert "left the recording" in result.unreplayable[stray.session_id]
+    assert f"left out {stray.session_id}: " in result.to_text()
+    assert result.to_dict()["unreplayable"] == result.unreplayable
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, "false"])
 def test_agents_must_be_a_boolean_or_none(demo_run, bad):
     """``agents="yes"`` was taken silently (truthy), ``agents="false"`` as True."""

@@ -6,12 +6,12 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture.run import Verifier
 from ..capture.seeds import derive_seed
-from ..errors import SuccessfulRunError
+from ..errors import SuccessfulRunError, UnfaithfulReplayError
 from ..model import Trajectory
 from ..replay.replayer import stream_key
 from .api import attribute
@@ -70,6 +70,9 @@ class AggregateResult:
     steps: tuple[StepAggregate, ...]
     results: tuple[AttributionResult, ...]
     skipped: tuple[str, ...]
+    #: session id → why it could not be attributed (its replays left the recording: a run
+    #: of another version of the agent); left out, as passing runs are
+    unreplayable: dict[str, str] = field(default_factory=dict)
 
     @property
     def stopped_rollouts(self) -> int:
@@ -83,6 +86,7 @@ class AggregateResult:
             "systematic_culprit": self.systematic_culprit,
             "steps": [s.to_dict() for s in self.steps],
             "skipped": list(self.skipped),
+            "unreplayable": dict(self.unreplayable),
             "stopped_rollouts": self.stopped_rollouts,
         }
 
@@ -115,6 +119,8 @@ class AggregateResult:
             "  (a step's effect is measured alone only in the runs where the search isolated "
             "it, mostly where it mattered: the mean is over those runs, not all)"
         )
+        for session, why in self.unreplayable.items():
+            lines.append(f"  left out {session}: {why}")
         if self.stopped_rollouts:
             lines.append(
                 f"  ({self.stopped_rollouts} rollouts ran into their limits and were stopped; "
@@ -144,7 +150,9 @@ def aggregate_runs(
     """Attribute every failing run and pool the verdicts by step name.
 
     ``agent_for(trajectory)`` supplies a per-run agent (imported traces: a replay agent each);
-    otherwise ``agent`` is used for all. Passing runs are skipped (listed in ``skipped``).
+    otherwise ``agent`` is used for all. Passing runs are skipped (listed in ``skipped``), and
+    runs the agent does not replay (every factual replay leaves the recording: a run of
+    another version of the agent) are left out with the reason (``unreplayable``).
 
     Runs are pooled as independent: a run whose recorded steps are the same as an earlier
     run's (a deterministic agent failing the same way twice) would draw the same random
@@ -156,6 +164,7 @@ def aggregate_runs(
     base_seed = attribute_options.pop("seed", 0)
     repeats: Counter[str] = Counter()
     results, skipped = [], []
+    unreplayable: dict[str, str] = {}
     for trajectory in trajectories:
         run_agent = agent_for(trajectory) if agent_for is not None else agent
         key = stream_key(trajectory)
@@ -174,6 +183,8 @@ def aggregate_runs(
             )
         except SuccessfulRunError:
             skipped.append(trajectory.session_id)
+        except UnfaithfulReplayError as exc:  # another agent's run: the rest still count
+            unreplayable[trajectory.session_id] = str(exc)
     seen: Counter[str] = Counter()
     culprits: Counter[str] = Counter()
     pocs: Counter[str] = Counter()
@@ -236,5 +247,11 @@ def aggregate_runs(
         if 2 * mcnemar_p(rows[0].culprit_count, runner_up) < 1.0 - confidence:
             systematic = rows[0].label
     return AggregateResult(
-        len(trajectories), len(results), systematic, tuple(rows), tuple(results), tuple(skipped)
+        len(trajectories),
+        len(results),
+        systematic,
+        tuple(rows),
+        tuple(results),
+        tuple(skipped),
+        unreplayable,
     )
