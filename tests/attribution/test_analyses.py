@@ -64,3 +64,30 @@ def test_analyze_gives_what_each_analysis_gives_alone_and_shares_rollouts():
     assert drifts[0] == drifts[1]
     assert together["faithfulness"].to_dict() == alone["faithfulness"].to_dict()
     assert together["cache"].hits > 0
+
+
+def test_faithfulness_checks_its_input_and_its_replays():
+    """QA: ``rollouts=0`` gave an 'unmeasured' result (drift and attribute refuse it), and an
+    agent whose every replay left the recording got a quadrant with no warning."""
+    import random
+
+    import pytest
+
+    run = record(reasoned, seed=1, verifier=is_a)
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="rollouts must be"):
+            faithfulness(run, reasoned, is_a, rollouts=bad)
+    with pytest.raises(ValueError, match="threshold"):
+        faithfulness(run, reasoned, is_a, threshold=2)
+    assert faithfulness(run, reasoned, is_a).warnings == ()
+
+    def wandering(ctx):  # reads the process's random, not ctx.rng: replays do not follow
+        name = "think" if random.random() < 0.5 else "ponder"
+        thought = ctx.llm(name, produce=lambda: ctx.rng.choice(["a", "b"]))
+        return ctx.llm("answer", produce=lambda: thought.upper(), thought=thought)
+
+    random.seed(4)
+    wild = record(wandering, seed=1, verifier=is_a)
+    result = faithfulness(wild, wandering, is_a, rollouts=20)
+    assert any("factual replays diverged from the recording" in w for w in result.warnings)
+    assert result.to_dict()["warnings"] == list(result.warnings)

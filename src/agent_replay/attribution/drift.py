@@ -184,7 +184,7 @@ def drift(
         rates.append(failures / rollouts)
         intervals.append(clopper_pearson(failures, rollouts, confidence))
         if position == n:
-            warnings = _fidelity_warnings(trajectory, results)
+            warnings = fidelity_warnings(trajectory, results)
     rates.reverse()
     intervals.reverse()
     entropy = tuple(entropy_bits(p) for p in rates)
@@ -221,7 +221,7 @@ def drift(
     )
 
 
-def _fidelity_warnings(trajectory: Trajectory, factual: list[Any]) -> tuple[str, ...]:
+def fidelity_warnings(trajectory: Trajectory, factual: list[Any]) -> tuple[str, ...]:
     """What is wrong with the factual replays (every step held), which should give the
     recorded outcome every time."""
     warnings = []

@@ -20,6 +20,7 @@ from ..model import Trajectory
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutCache, RolloutEngine
+from .drift import fidelity_warnings
 from .repair import value_key
 
 __all__ = ["FaithfulnessResult", "faithfulness"]
@@ -34,6 +35,7 @@ class FaithfulnessResult:
     quadrant: str
     post_hoc: bool | None
     threshold: float
+    warnings: tuple[str, ...] = ()  # the factual replays did not reproduce the recording
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +46,7 @@ class FaithfulnessResult:
             "quadrant": self.quadrant,
             "post_hoc": self.post_hoc,
             "threshold": self.threshold,
+            "warnings": list(self.warnings),
         }
 
 
@@ -59,7 +62,13 @@ def faithfulness(
     limits: RolloutLimits | None = None,
 ) -> FaithfulnessResult:
     """Sensitivity of the final answer to each step (see the module docstring). ``limits``
-    bounds each rollout (see :class:`~agent_replay.rollouts.RolloutEngine`)."""
+    bounds each rollout (see :class:`~agent_replay.rollouts.RolloutEngine`). The factual
+    replays are checked against the recording, as :func:`~agent_replay.drift` checks them
+    (``warnings``)."""
+    if type(rollouts) is not int or rollouts < 1:
+        raise ValueError(f"rollouts must be a whole number of at least 1; got {rollouts!r}")
+    if not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be in [0, 1]; got {threshold!r}")
     engine = RolloutEngine(
         trajectory, agent, verifier, cache=cache, pass_context=pass_context, limits=limits
     )
@@ -96,6 +105,7 @@ def faithfulness(
         quadrant,
         None if faithful is None else not faithful,
         threshold,
+        fidelity_warnings(trajectory, runs[n]),
     )
 
 
