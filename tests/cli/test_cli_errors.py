@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent_replay import CheckpointStore, attribute, record
+from agent_replay import CheckpointStore, aggregate_runs, attribute, record
 from agent_replay.cli import main
 from agent_replay.demo.agent import refund_approved, support_agent
 
@@ -461,6 +461,27 @@ def test_recorded_text_cannot_drive_the_terminal_or_reverse_the_output(tmp_path)
         )
     shown = run("show", "--db", db, "--session", "h")
     assert "\\u001b]0;pwned\\u0007" in shown.output and "\\u202eevil" in shown.output
+
+
+def test_the_python_text_reports_escape_recorded_control_characters_too():
+    """QA: the CLI escaped them, ``result.to_text()`` and ``AggregateResult.to_text()``
+    returned them raw to a program that prints them."""
+
+    def agent(ctx):
+        name = "pick\x1b]0;pwned\x07\u202e"
+        return ctx.llm(name, produce=lambda: "bug" if ctx.rng.random() < 0.7 else "ok")
+
+    def verifier(result):
+        return result == "ok"
+
+    runs = [t for s in range(30) if (t := record(agent, seed=s, verifier=verifier)).failed][:2]
+    texts = [
+        attribute(runs[0], agent, verifier).to_text(runs[0]),
+        aggregate_runs(runs, agent, verifier, rollouts=8).to_text(),
+    ]
+    for text in texts:
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+        assert "pick\\u001b]0;pwned" in text
 
 
 def test_an_agent_that_calls_sys_exit_ends_its_run_not_the_command(tmp_path, monkeypatch):

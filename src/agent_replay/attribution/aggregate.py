@@ -14,6 +14,7 @@ from ..capture.seeds import derive_seed
 from ..errors import SuccessfulRunError, UnfaithfulReplayError
 from ..model import Trajectory
 from ..replay.replayer import stream_key
+from ..report._data import visible
 from .api import attribute
 from .result import AttributionResult
 from .stats import Interval, clopper_pearson, mcnemar_p, student_t_quantile
@@ -126,7 +127,7 @@ class AggregateResult:
                 f"  ({self.stopped_rollouts} rollouts ran into their limits and were stopped; "
                 "they count as failures: see each run's warnings)"
             )
-        return "\n".join(lines)
+        return visible("\n".join(lines))  # step names are recorded text
 
 
 def mean_interval(values: Sequence[float], confidence: float) -> Interval:

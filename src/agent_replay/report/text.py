@@ -18,6 +18,7 @@ from ._data import (
     fmt_spend,
     preview,
     step_content,
+    visible,
 )
 from .explain import QUIET_RUN, unmeasured
 
@@ -39,7 +40,8 @@ def effect_bar(value: float | None, half: int = BAR_HALF) -> str:
 def render_text(
     result: Any, trajectory: Trajectory | Mapping[str, Any] | None = None, *, width: int = 40
 ) -> str:
-    """The summary of an attribution (``AttributionResult`` or report dict)."""
+    """The summary of an attribution (``AttributionResult`` or report dict), recorded text
+    in it with control and bidirectional characters escaped (safe to print)."""
     data = as_report(result, trajectory)
     steps = data.get("steps") or []
     culprit = data.get("culprit_index")
@@ -160,7 +162,7 @@ def render_text(
     capture = (data.get("trajectory") or {}).get("capture") or {}
     for note in capture.get("notes") or ():
         lines.append(f"CAPTURE  {note}")
-    return "\n".join(lines)
+    return visible("\n".join(lines))
 
 
 def _top(shapley: Mapping[str, Any]) -> str | None:
