@@ -91,42 +91,13 @@ def test_factual_replays_that_do_not_reproduce_the_run_are_warned_of(tmp_path, f
     db = tmp_path / "runs.sqlite"
     with CheckpointStore(db) as store:
         store.save(run)
-    cli = CliRunner().invoke(
-        main,
-        [
-            "drift",
-            "--db",
-            str(db),
-            "--session",
-            run.session_id,
-            "--agent",
-            f"{__name__}:agent",
-            "--verifier",
-            f"{__name__}:forgetful",
-            "--rollouts",
-            "4",
-        ],
-    )
+    args = ["drift", "--db", str(db), "--session", run.session_id, "--rollouts", "4"]
+    args += ["--agent", f"{__name__}:agent", "--verifier", f"{__name__}:forgetful"]
+    cli = CliRunner().invoke(main, args)
     assert cli.exit_code == 0, cli.output
     assert "warning: factual replays reproduce the recorded failure only 0%" in cli.output
     assert "fate sealed: before the first step (every rollout passes" in cli.output
-    as_json = CliRunner().invoke(
-        main,
-        [
-            "drift",
-            "--db",
-            str(db),
-            "--session",
-            run.session_id,
-            "--agent",
-            f"{__name__}:agent",
-            "--verifier",
-            f"{__name__}:forgetful",
-            "--rollouts",
-            "4",
-            "--json",
-        ],
-    )
+    as_json = CliRunner().invoke(main, [*args, "--json"])
     data = json.loads(as_json.output)
     assert data["sealed_from_start"] and data["warnings"]
 
