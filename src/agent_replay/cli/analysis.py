@@ -27,6 +27,7 @@ from .common import (
     required_verifier_option,
     resolve_agent,
     rollout_limits,
+    seed_option,
     session_option,
     write_text,
 )
@@ -56,14 +57,7 @@ from .common import (
     type=click.IntRange(1),
     help="Cap on live step executions per run (each is one LLM or tool call in real life).",
 )
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Family of the rollouts' random streams (runs that recorded the same steps get "
-    "families of their own).",
-)
+@seed_option
 @limits_options
 @json_option
 def aggregate_command(

@@ -30,6 +30,7 @@ from .common import (
     required_verifier_option,
     resolve_agent,
     rollout_limits,
+    seed_option,
     session_option,
     write_text,
 )
@@ -188,13 +189,7 @@ def export_otlp(data: dict[str, Any], url: str) -> str:
     type=click.FloatRange(0.5, 1, min_open=True, max_open=True),
     help="Confidence level of the intervals, strictly between 0.5 and 1.",
 )
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Family of the rollouts' random streams: another seed repeats the analysis independently.",
-)
+@seed_option
 @limits_options
 @click.option(
     "--out",

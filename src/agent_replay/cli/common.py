@@ -38,6 +38,14 @@ db_option = click.option(
     help="SQLite store file.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+seed_option = click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Family of the rollouts' random streams: another seed repeats the analysis "
+    "independently (aggregate: runs that recorded the same steps get families of their own).",
+)
 
 
 def open_store(path: Path, *, must_exist: bool = True, read_only: bool = False) -> CheckpointStore:
