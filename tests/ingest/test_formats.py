@@ -253,6 +253,36 @@ def test_atif_steps_tool_calls_and_observations():
     assert {s.agent for s in traj.steps} == {"research-analyst"}
 
 
+def test_an_atif_call_answered_by_a_subagent_keeps_the_reference(tmp_path):
+    """QA: a result holding only ``subagent_trajectory_ref`` gave the tool step no output,
+    the reference to the subagent's run kept nowhere."""
+    ref = [{"session_id": "sub-1", "trajectory_path": "sub.json"}]
+    doc = {
+        "schema_version": "ATIF-v1.4",
+        "session_id": "parent",
+        "agent": {"name": "coder", "version": "1"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "do x"},
+            {
+                "step_id": 2,
+                "source": "agent",
+                "message": "Delegating",
+                "tool_calls": [
+                    {"tool_call_id": "c3", "function_name": "spawn", "arguments": {"task": "x"}}
+                ],
+                "observation": {
+                    "results": [{"source_call_id": "c3", "subagent_trajectory_ref": ref}]
+                },
+            },
+        ],
+    }
+    path = tmp_path / "parent.json"
+    path.write_text(json.dumps(doc))
+    (traj,) = load(path)
+    spawn = next(s for s in traj.steps if s.name == "spawn")
+    assert spawn.action == {"subagent_trajectory_ref": ref}
+
+
 def test_whowhen_all_184_runs_with_labels_at_their_step():
     paths = sorted(WHO_AND_WHEN.glob("*/*.json"))
     assert len(paths) == 184

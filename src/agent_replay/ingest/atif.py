@@ -52,6 +52,14 @@ def _message_parts(message: Any) -> list[dict[str, Any]]:
     return normalize_parts(message)
 
 
+def _content(result: dict) -> Any:
+    """What an observation result gave: its content, else the subagent run it points to (a
+    spawned subagent's result is its trajectory, imported as a session of its own)."""
+    if result.get("content") is None and result.get("subagent_trajectory_ref") is not None:
+        return {"subagent_trajectory_ref": result["subagent_trajectory_ref"]}
+    return result.get("content")
+
+
 def _results(step: dict) -> list[dict]:
     observation = step.get("observation")
     if not isinstance(observation, dict) or not isinstance(observation.get("results"), list):
@@ -146,7 +154,7 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
                     kind=StepKind.TOOL,
                     name=str(call.get("function_name") or "tool"),
                     inputs={"arguments": call.get("arguments")},
-                    action=None if result is None else result.get("content"),
+                    action=None if result is None else _content(result),
                     agent=agent,
                     started_ns=when,
                     ended_ns=when,
@@ -154,7 +162,7 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
                 )
             )
             if result is not None:
-                response = {"type": "tool_call_response", "response": result.get("content")}
+                response = {"type": "tool_call_response", "response": _content(result)}
                 if cid is not None:
                     response["id"] = str(cid)
                 responses.append(response)
@@ -164,14 +172,14 @@ def _one(doc: dict, position: str) -> list[Trajectory]:
                     kind=StepKind.TOOL,
                     name="observation",
                     inputs=None,
-                    action=result.get("content"),
+                    action=_content(result),
                     agent=agent,
                     started_ns=when,
                     ended_ns=when,
                     attributes={"requested_by": llm_index},
                 )
             )
-            responses.append({"type": "tool_call_response", "response": result.get("content")})
+            responses.append({"type": "tool_call_response", "response": _content(result)})
         if responses:
             history.append({"role": "tool", "parts": responses})
     metadata: dict[str, Any] = {
