@@ -283,6 +283,12 @@ def test_an_atif_call_answered_by_a_subagent_keeps_the_reference(tmp_path):
     assert spawn.action == {"subagent_trajectory_ref": ref}
 
 
+def test_an_unnamed_langfuse_observation_is_named_for_its_type():
+    """QA: it got the generic name ``span``."""
+    (traj,) = load(FIXTURES / "langfuse" / "openai-assistants-2024-05-29.json")
+    assert [s.name for s in traj.steps][-1] == "generation"
+
+
 def test_whowhen_all_184_runs_with_labels_at_their_step():
     paths = sorted(WHO_AND_WHEN.glob("*/*.json"))
     assert len(paths) == 184

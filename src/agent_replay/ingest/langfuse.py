@@ -55,7 +55,8 @@ def _observation(obs: Any, trace_id: str, position: str) -> MappedSpan:
     if parent is not None and not isinstance(parent, str):
         raise Reject("parentObservationId must be a string", position)
     level = obs.get("level")
-    name = _text(obs.get("name"))
+    # an unnamed observation is named for its type ("generation"), not the generic "span"
+    name = _text(obs.get("name")) or _text(obs.get("type")).lower()
     start = timestamp_ns(obs.get("startTime")) or 0
     span = NormalizedSpan(
         trace_id=_text(obs.get("traceId") or trace_id),
