@@ -565,6 +565,18 @@ def test_aggregate_leaves_out_a_run_the_agent_does_not_replay():
     assert result.to_dict()["unreplayable"] == result.unreplayable
 
 
+def test_a_repair_the_budget_left_out_is_not_reported_as_not_asked_for(demo_run):
+    """QA: with --repair and a budget too small for it, the summary said 'none (run with
+    --repair to search one)' and the explanation 'rerun with repair=True'."""
+    result = attribute(demo_run, support_agent, refund_approved, budget=300, repair=True)
+    assert result.culprit_index == 2 and result.repair is None
+    assert any(w.startswith("the repair search left out") for w in result.warnings)
+    text = result.to_text(demo_run)
+    assert "REPAIR   left out: the budget left too little for it" in text
+    assert "run with --repair" not in text
+    assert "was left out: the budget left too little" in result.explain(demo_run).fix
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, "false"])
 def test_agents_must_be_a_boolean_or_none(demo_run, bad):
     """``agents="yes"`` was taken silently (truthy), ``agents="false"`` as True."""

@@ -416,7 +416,7 @@ def attribute(
             left(), n - culprit, rollouts=min(rollouts, 64), candidates=MAX_CANDIDATES
         )
         if per_candidate is None:
-            warnings.append(_left_out("the repair search", left()))
+            warnings.append(_left_out("the repair search", left()))  # (REPAIR_LEFT_OUT)
         else:
             found_repair = find_minimal_repair(
                 engine,

@@ -176,6 +176,15 @@ def visible(text: str) -> str:
     return _ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+#: how the warning of a repair search the budget left out begins (``attribute`` writes it)
+REPAIR_LEFT_OUT = "the repair search left out"
+
+
+def repair_left_out(data: Mapping[str, Any]) -> bool:
+    """Whether a repair was asked for and the budget left it out (a warning says so)."""
+    return any(str(w).startswith(REPAIR_LEFT_OUT) for w in data.get("warnings") or ())
+
+
 def clip(value: Any, width: int = 60) -> str:
     """``value`` on one line (JSON unless it is a string), cut to ``width`` characters."""
     text = value if isinstance(value, str) else json.dumps(plain_json(value), ensure_ascii=False)

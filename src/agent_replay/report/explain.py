@@ -30,6 +30,7 @@ from ._data import (
     fmt_interval,
     fmt_rate,
     preview,
+    repair_left_out,
     step_content,
 )
 
@@ -430,6 +431,11 @@ def _fix(data: Mapping[str, Any], culprit: int | None) -> str:
             f"({preview(repair['replacement'], 60)}) still leaves {measured} (threshold "
             f"{fmt_rate(repair['threshold'])}). Offer candidates (repair_candidates=) or a "
             "propose_fn."
+        )
+    if culprit is not None and repair_left_out(data):
+        return (
+            f"The repair search for step {culprit} was left out: the budget left too little "
+            "for it after the culprit search. Raise the budget (or run without one)."
         )
     if culprit is not None:
         return (

@@ -17,6 +17,7 @@ from ._data import (
     fmt_rate,
     fmt_spend,
     preview,
+    repair_left_out,
     step_content,
     visible,
 )
@@ -84,6 +85,8 @@ def render_text(
             f"{fmt_rate(repair['failure_rate'])} {fmt_interval(repair['interval'], signed=False)}"
             f" of {repair['rollouts']})"
         )
+    elif culprit is not None and repair_left_out(data):
+        lines.append("REPAIR   left out: the budget left too little for it (see the warning)")
     elif culprit is not None:
         lines.append("REPAIR   none (run with --repair to search one)")
     lines.append("")
