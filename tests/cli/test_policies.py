@@ -164,3 +164,35 @@ def test_fork_warns_of_a_redraw_the_replay_agent_cannot_follow(workdir):
     (warning,) = json.loads(result.stdout)["warnings"]
     assert warning.startswith("1 re-drawn LLM step(s) asked for other tool calls")
     assert "so the branch does not follow the change" in warning
+
+
+@pytest.mark.parametrize(
+    "spec", ["llm=agent_replay:ScriptedPolicy", "agent_replay:OpenAIChatPolicy"]
+)
+def test_a_policy_class_that_cannot_be_made_without_arguments_is_a_usage_error(
+    workdir, spec, monkeypatch
+):
+    """QA: a traceback and exit 1 (``llm=openai`` for the same OpenAIChatPolicy without an
+    endpoint was already exit 2)."""
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        main,
+        ["attribute", "--db", "runs.sqlite", "--session", "weather", "--verifier",
+         "weather_policies:rainy", "--policy", spec],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "cannot be made with no arguments" in result.output
+
+
+def test_a_forced_action_is_not_blamed_on_a_policy(workdir):
+    """QA: ``fork --do`` warned that a re-drawn output was not shaped like the recorded one
+    and to check the resample policy: the value was forced, not re-drawn."""
+    forced = '{"role": "assistant", "content": "It is rainy."}'
+    result = CliRunner().invoke(
+        main,
+        ["fork", "--db", "runs.sqlite", "--session", "weather", "--at-step", "0", "--do", forced,
+         "--policy", "*=weather_policies:Hold"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "not shaped like" not in result.output

@@ -1,6 +1,7 @@
 import json
 import random
 from http.server import BaseHTTPRequestHandler
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -970,3 +971,97 @@ def test_the_openai_policy_samples_as_the_recorded_call_did(chat_server):
         replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0))
         ((_, body),) = _ChatServer.requests
         assert body["temperature"] == expected and body["top_p"] == 0.9
+
+
+def test_recorded_sampling_parameters_written_as_text_are_used():
+    """QA: Langfuse keeps span attributes as text (Koog's ``"temperature": "0.2"``): the
+    parameter was skipped and the step re-drawn at 1.0."""
+    from agent_replay.replay.policies import _recorded_parameters
+
+    step = SimpleNamespace(attributes={"parameters": {"temperature": "0.2", "max_tokens": "64"}})
+    assert _recorded_parameters(step, {}) == {"temperature": 0.2, "max_tokens": 64}
+    step = SimpleNamespace(attributes={"parameters": {"temperature": "hot", "top_p": "nan"}})
+    assert _recorded_parameters(step, {}) == {}
+
+
+def test_requests_keep_every_tool_message_answering_a_call_before_it():
+    """QA: a re-draw that made no tool call left the recorded tool message answering nothing
+    in later requests, and an endpoint refuses such a request (400) - which stopped the
+    attribution; Koog's results carry no call id (sent as ""); text sent beside a tool
+    result was dropped; reasoning was sent as what the assistant said."""
+    from agent_replay.replay.policies import to_openai_messages
+
+    call = {"type": "tool_call", "id": "c1", "name": "weather", "arguments": {"city": "Paris"}}
+    recorded = {
+        "messages": [
+            parts("user", "weather?"),
+            {"role": "assistant", "parts": [{"type": "reasoning", "content": "use a tool"}, call]},
+            {
+                "role": "user",
+                "parts": [
+                    {"type": "tool_call_response", "response": "rainy"},  # no id (Koog)
+                    {"type": "text", "content": "Also, answer in French."},
+                ],
+            },
+        ]
+    }
+    messages = to_openai_messages(recorded)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user"]
+    assert messages[1]["content"] == "" and messages[1]["tool_calls"][0]["id"] == "c1"
+    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "rainy"}
+    assert messages[3] == {"role": "user", "content": "Also, answer in French."}
+    # the call re-drawn away upstream: the result answers nothing, and is sent as text
+    redrawn = {"messages": [parts("user", "weather?"), parts("assistant", "It is rainy.")]}
+    redrawn["messages"].append(
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "r"}]}
+    )
+    messages = to_openai_messages(redrawn)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[2]["content"] == "(tool result) r"
+    # a call that nothing answers is dropped from its message
+    unanswered = {"messages": [parts("user", "q"), {"role": "assistant", "parts": [call]}]}
+    unanswered["messages"].append(parts("user", "never mind"))
+    messages = to_openai_messages(unanswered)
+    assert "tool_calls" not in messages[1] and messages[1]["content"] == ""
+
+
+def test_a_redrawn_call_replaces_the_recorded_calls_of_an_openai_message():
+    """QA: with the recorded output one OpenAI message dict, a re-draw calling another city
+    kept the recorded calls beside the new text: scored as re-drawn, served as held."""
+    from agent_replay.replay.policies import shape_like
+
+    def fn_call(city, call_id):
+        function = SimpleNamespace(name="weather", arguments=json.dumps({"city": city}))
+        return SimpleNamespace(id=call_id, function=function)
+
+    recorded = {"role": "assistant", "content": "", "tool_calls": [openai_call("w", "Paris", "a")]}
+    message = SimpleNamespace(content=None, tool_calls=[fn_call("Berlin", "b")])
+    reply = shape_like(recorded, message, "tool_calls")
+    assert reply["content"] is None and len(reply["tool_calls"]) == 1
+    assert json.loads(reply["tool_calls"][0]["function"]["arguments"]) == {"city": "Berlin"}
+    text_only = shape_like(recorded, SimpleNamespace(content="No.", tool_calls=None), "stop")
+    assert text_only == {"role": "assistant", "content": "No."}
+
+
+def test_a_policy_function_with_an_optional_argument_gets_the_request():
+    """QA: ``fn(request, unit="F")`` was taken for the seed's ``fn(ctx, inputs)``."""
+    from agent_replay.replay.policies import as_policy
+
+    def policy(request, unit="F"):
+        return f"{request.inputs['city']}: 57{unit}"
+
+    request = SimpleNamespace(inputs={"city": "Paris"}, ctx=None)
+    assert as_policy(policy)(request) == "Paris: 57F"
+
+
+def test_an_async_client_is_refused_with_a_clear_error():
+    import openai
+
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
+    policy = OpenAIChatPolicy(client=client, model="m")
+    step = SimpleNamespace(index=0, label="llm:chat", attributes={}, output=[])
+    request = ResampleRequest(
+        step=step, inputs={"messages": [parts("user", "hi")]}, rng=random.Random(0)
+    )
+    with pytest.raises(PolicyError, match=r"synchronous client \(openai.OpenAI\)"):
+        policy.resample(request)

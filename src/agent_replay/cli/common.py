@@ -333,7 +333,16 @@ def _policy(spec: str) -> tuple[str, Any]:
         raise click.BadParameter(f"{spec!r}: expected [KEY=]POLICY", param_hint="--policy")
     if ":" in policy:  # module:function (or a policy class, made with no arguments)
         target = load_entrypoint(policy, "--policy")
-        return key, target() if isinstance(target, type) else target
+        if not isinstance(target, type):
+            return key, target
+        try:
+            return key, target()
+        except Exception as exc:  # a class that needs arguments, or refuses its settings
+            raise click.BadParameter(
+                f"{policy}: cannot be made with no arguments ({type(exc).__name__}: {exc}); "
+                "name a module:function that returns the policy instead",
+                param_hint="--policy",
+            ) from None
     try:
         return key, load_policy(policy)
     except AgentReplayError as exc:  # an unknown name: a bad option value, like a bad spec

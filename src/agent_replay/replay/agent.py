@@ -152,10 +152,11 @@ class ReplayAgent:
             if used and unreached:  # a re-drawn tool result reached this step
                 unreached = {i: span for i, span in unreached.items() if used.isdisjoint(span)}
             usage: dict[str, Any] = {}
+            asked: list[bool] = []  # whether the policy was asked (not a forced action)
             produce = (
                 None
                 if entry is None
-                else _producer(ctx, step, entry, usage, self.trajectory, outputs)
+                else _producer(ctx, step, entry, usage, self.trajectory, outputs, asked)
             )
             call = StepCall(
                 kind=step.kind,
@@ -186,10 +187,11 @@ class ReplayAgent:
                         pairs.append((RESPONSE, output, scope))
                     if step.kind is StepKind.TOOL:
                         unreached[step.index] = range(first, len(pairs))
-                if step.kind is StepKind.LLM and not _same_shape(output, step.output):
+                redrawn = bool(asked) and step.kind is StepKind.LLM
+                if redrawn and not _same_shape(output, step.output):
                     with self._lock:
                         self._misshaped += 1
-                elif step.kind is StepKind.LLM and _tools(output) != _tools(step.output):
+                elif redrawn and _tools(output) != _tools(step.output):
                     with self._lock:
                         self._unfollowed += 1
         llm = [s.index for s in steps if s.kind is StepKind.LLM]
@@ -288,6 +290,7 @@ def _producer(
     usage: dict[str, Any],
     trajectory: Trajectory,
     outputs: list[Any],
+    asked: list[bool],
 ) -> Callable[[Any], Any]:
     """The step's ``produce``: asks its policy. The run so far (``history``) is built only
     when a policy is asked (a held step costs nothing for it: building it at every step made
@@ -295,6 +298,7 @@ def _producer(
     name, policy = entry
 
     def produce(inputs: Any) -> Any:
+        asked.append(True)
         request = ResampleRequest(
             step=step,
             inputs=inputs,

@@ -279,6 +279,14 @@ class OpenAIChatPolicy:
         if tools:
             kwargs["tools"] = tools
         response = self.client.chat.completions.create(**kwargs)
+        if inspect.isawaitable(response):
+            close = getattr(response, "close", None)
+            if close is not None:
+                close()  # (never awaited: no request was sent)
+            raise PolicyError(
+                "OpenAIChatPolicy takes a synchronous client (openai.OpenAI); an async one "
+                "(openai.AsyncOpenAI) was given"
+            )
         # the model that answered (the recorded step's attributes name the old one)
         request.usage["model"] = getattr(response, "model", None) or model
         usage = getattr(response, "usage", None)
@@ -381,11 +389,13 @@ def _input_model(inputs: Any) -> str | None:
 
 
 def _text(parts: Any) -> str:
+    """The text parts of a message (not its reasoning: an endpoint does not take a model's
+    reasoning back as what it said)."""
     if isinstance(parts, str):
         return parts
     texts = []
     for part in parts if isinstance(parts, list) else ():
-        if isinstance(part, Mapping) and part.get("type") in ("text", "reasoning", None):
+        if isinstance(part, Mapping) and part.get("type") in ("text", None):
             content = part.get("content", part.get("text"))
             if isinstance(content, str):
                 texts.append(content)
@@ -425,6 +435,9 @@ def to_openai_messages(inputs: Any) -> list[dict[str, Any]]:
                         "content": body if isinstance(body, str) else json.dumps(body),
                     }
                 )
+            said = _text(parts)  # text sent with the results ("Also, answer in French")
+            if said:
+                messages.append({"role": role, "content": said})
             continue
         entry: dict[str, Any] = {"role": role, "content": _text(parts)}
         if calls:
@@ -442,7 +455,51 @@ def to_openai_messages(inputs: Any) -> list[dict[str, Any]]:
                 for i, c in enumerate(calls)
             ]
         messages.append(entry)
-    return messages
+    return _answered_in_order(messages)
+
+
+def _answered_in_order(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as an OpenAI endpoint takes them: each tool message answering a call of
+    the assistant message before it. A result recorded without its call's id (Koog) takes
+    the id of the next call not yet answered; one that answers no call there (the call was
+    re-drawn away, upstream in this rollout) becomes text, so the request stays valid; a
+    call left unanswered is dropped from its message."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # calls of the last assistant message not yet answered
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            cid = message.get("tool_call_id")
+            if cid and cid in pending:
+                pending.remove(cid)
+            elif not cid and pending:
+                message = {**message, "tool_call_id": pending.pop(0)}
+            else:
+                message = {"role": "user", "content": f"(tool result) {message.get('content')}"}
+        else:
+            _drop_unanswered(out, pending)
+            calls = message.get("tool_calls") if role == "assistant" else None
+            pending = [str(c.get("id")) for c in calls or () if isinstance(c, Mapping)]
+        out.append(message)
+    if out and not out[-1].get("tool_calls"):  # (calls ending the request are the question)
+        _drop_unanswered(out, pending)
+    return out
+
+
+def _drop_unanswered(out: list[dict[str, Any]], pending: list[str]) -> None:
+    """Drop the calls in ``pending`` from the last assistant message in ``out`` that has
+    calls (an endpoint refuses an assistant message whose calls are not all answered)."""
+    if not pending:
+        return
+    index = next(i for i in range(len(out) - 1, -1, -1) if out[i].get("tool_calls"))
+    message = dict(out[index])
+    calls = [c for c in message["tool_calls"] if str(c.get("id")) not in pending]
+    if calls:
+        message["tool_calls"] = calls
+    else:
+        del message["tool_calls"]
+        message["content"] = message.get("content") or ""
+    out[index] = message
 
 
 def _openai_tools(inputs: Any) -> list[dict[str, Any]]:
@@ -471,20 +528,9 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
     text = getattr(message, "content", None) or ""
     calls = getattr(message, "tool_calls", None) or []
     if isinstance(recorded, list) and _openai_shaped(recorded):  # OpenAI messages
-        reply: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
-        if calls:
-            reply["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {
-                        "name": call.function.name,
-                        "arguments": call.function.arguments,
-                    },
-                }
-                for call in calls
-            ]
-        return [reply]
+        return [_openai_reply({"role": "assistant"}, text, calls)]
+    if isinstance(recorded, Mapping) and _openai_shaped([recorded]):  # one OpenAI message
+        return _openai_reply(recorded, text, calls)
     if isinstance(recorded, list):  # OTel output messages
         parts: list[dict[str, Any]] = []
         if text:
@@ -503,9 +549,24 @@ def shape_like(recorded: Any, message: Any, finish_reason: str | None) -> Any:
                 }
             )
         return [{"role": "assistant", "parts": parts, "finish_reason": finish_reason or "stop"}]
-    if isinstance(recorded, Mapping) and "content" in recorded:
-        return {**recorded, "content": text}
     return text
+
+
+def _openai_reply(recorded: Mapping[str, Any], text: str, calls: list[Any]) -> dict[str, Any]:
+    """The model's reply as an OpenAI message, in place of ``recorded`` (its text and its
+    calls both: the recorded calls are not kept beside a re-drawn reply)."""
+    reply = {k: v for k, v in recorded.items() if k != "tool_calls"}
+    reply["content"] = text or (None if calls else "")
+    if calls:
+        reply["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in calls
+        ]
+    return reply
 
 
 def _openai_shaped(messages: list[Any]) -> bool:
@@ -530,10 +591,10 @@ def as_policy(obj: Any) -> Callable[[ResampleRequest], Any]:
             f"{obj!r} is not a resample policy (needs .resample(request) or to be callable)"
         )
     try:
-        params = [
+        params = [  # required ones: ``fn(request, unit="F")`` takes the request alone
             p
             for p in inspect.signature(obj).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
         ]
     except (TypeError, ValueError):
         params = []
@@ -552,10 +613,22 @@ def _recorded_parameters(step: Step, inputs: Any) -> dict[str, float]:
         if not isinstance(params, Mapping):
             continue
         for key in ("temperature", "top_p", "max_tokens"):
-            value = params.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out.setdefault(key, value)
+            value = _number(params.get(key))  # Langfuse keeps attributes as text: "0.2"
+            if value is not None:
+                out.setdefault(key, int(value) if key == "max_tokens" else value)
     return out
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
 
 
 def load_policy(name: str) -> ResamplePolicy:
