@@ -126,7 +126,9 @@ def collect_command(
 
     Exports are acknowledged only after their spans are committed to DB; on shutdown the
     receiver drains (requests in progress finish, waiting traces are assembled). Point an
-    OpenTelemetry SDK or Collector at it: OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318.
+    OpenTelemetry SDK or Collector at it: OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf
+    OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (or http://127.0.0.1:4317 over gRPC,
+    opentelemetry-distro's default) and OTEL_METRICS_EXPORTER=none (metrics are not taken).
     """
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
