@@ -246,6 +246,32 @@ def test_one_conversation_over_two_traces_is_one_session(db_path, provider):
     assert len(traj.metadata["trace_ids"]) == 2
 
 
+@pytest.mark.parametrize("crashing", [1, 2])
+def test_a_conversations_outcome_does_not_depend_on_flush_timing(db_path, provider, crashing):
+    """QA: turn 2's agent crashed: with both turns in one flush the session was 'unknown'
+    (the outcome came from the earliest trace's root alone), with a flush between them
+    'failed'. A conversation failed when a turn did, whatever the flushes."""
+    processor = attach(db_path, tracer_provider=provider)
+    tracer = provider.get_tracer("app")
+    for conv, flush in (("together", False), ("flushed", True)):
+        for turn in (1, 2):
+            try:
+                with agent_span(tracer, **{"gen_ai.conversation.id": conv}):
+                    with tracer.start_as_current_span(f"chat {turn}", attributes=CHAT):
+                        pass
+                    if turn == crashing:
+                        raise ValueError(f"turn {turn} crashed")
+            except ValueError:
+                pass
+            if flush:
+                assert processor.force_flush()
+    assert processor.force_flush()
+    sessions = stored(db_path)
+    for conv in ("together", "flushed"):
+        outcome = sessions[conv].outcome
+        assert outcome.failed and outcome.error["message"] == f"turn {crashing} crashed"
+
+
 class RecordOnly(Sampler):
     """Spans are recorded (processors see them) but not sampled."""
 

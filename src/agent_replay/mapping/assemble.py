@@ -584,8 +584,11 @@ def _build(
     span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
     roots = sorted((m for m in members if not _has_parent(m, span_ids)), key=_sort_key)
     root = roots[0] if roots else ordered[0][0]
-    # an ERROR status without an error is no failure (a stream the application abandoned)
-    failed = True if root.span.status_code == 2 and root.error is not None else None
+    # an ERROR status without an error is no failure (a stream the application abandoned); a
+    # conversation of several traces failed when a turn did, with the latest failed turn's
+    # error: as merging its turns one flush at a time gives (a later one failing wins)
+    crashed = [r for r in roots or [root] if r.span.status_code == 2 and r.error is not None]
+    failed = True if crashed else None
     service = root.span.resource.get("service.name")
     logs = sum(len(m.span.logs) for m in members)
     steps, as_recorded = _seal(drafts)  # before the report: it reads the notes sealing adds
@@ -598,7 +601,7 @@ def _build(
     if service is not None:
         metadata["service"] = service
     metadata.update(extra)
-    outcome = Outcome(failed=failed, error=root.error) if failed else None
+    outcome = Outcome(failed=failed, error=crashed[-1].error) if failed else None
     if root.role != Role.STEP and root.has_inputs:
         task, prompt = root.inputs, None
     else:
