@@ -251,3 +251,19 @@ def test_a_report_cut_short_is_listed_as_unreadable_not_hidden(tmp_path):
     assert "unreadable: not JSON" in listing and "binary" not in listing
     assert page.status == 422 and "not JSON" in page.body.decode()
     assert missing.status == 404
+
+
+def test_a_captured_session_without_a_seed_shows_a_dash(tmp_path):
+    """QA: its page said ``seed None`` (Python's None) where other empty facts say ``-``."""
+    import dataclasses
+
+    from agent_replay import CheckpointStore, record
+    from agent_replay.console import app
+
+    db = tmp_path / "captured.sqlite"
+    run = record(lambda ctx: ctx.llm("s", produce=lambda: 1), session_id="c")
+    with CheckpointStore(db) as store:
+        store.save(dataclasses.replace(run, seed=None))
+    with app.Console(db) as console:
+        page = console.handle("GET", "/session?id=c").body.decode()
+    assert "None" not in page and re.search(r"seed</\w+>\s*<\w+[^>]*>-<", page)

@@ -330,7 +330,7 @@ class Console:
             ("source", h(traj.source)),
             ("head hash", f'<span class="hash">{h(traj.head_hash)}</span>'),
             ("digest", f'<span class="hash">{h(traj.digest)}</span>'),
-            ("seed", h(traj.seed)),
+            ("seed", h("-" if traj.seed is None else traj.seed)),  # (captured runs have none)
         ]
         if o is not None and o.error:
             facts.append(("error", f"<pre>{h(pretty(dict(o.error)))}</pre>"))
