@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from agent_replay import CheckpointStore, aggregate_runs, attribute, record
 from agent_replay.cli import main
 from agent_replay.demo.agent import refund_approved, support_agent
+from agent_replay.errors import StoreError
 
 AGENT = "agent_replay.demo.agent:support_agent"
 VERIFIER = "agent_replay.demo.agent:refund_approved"
@@ -524,3 +525,54 @@ def test_an_agent_that_calls_sys_exit_ends_its_run_not_the_command(tmp_path, mon
     assert (tmp_path / "rep.json").exists()
     data = json.loads((tmp_path / "rep.json").read_text())
     assert data["culprit_index"] == 0 and data["exceptions"]["SystemExit"] > 0
+
+
+def test_record_refuses_a_taken_session_id_before_running_the_agent(tmp_path, monkeypatch):
+    """QA: the agent ran in full (model calls, side effects), then the run was refused and
+    lost because the session id was taken."""
+    (tmp_path / "counting.py").write_text(
+        "RUNS = []\n\n\ndef agent(ctx):\n"
+        "    RUNS.append(1)\n    return ctx.llm('a', produce=lambda: 1)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import counting
+
+    db = tmp_path / "t.sqlite"
+    assert run("record", "--db", db, "--agent", "counting:agent", "--session", "s").exit_code == 0
+    again = run("record", "--db", db, "--agent", "counting:agent", "--session", "s")
+    assert again.exit_code == 1 and "already exists" in again.output
+    assert "nothing was run" in again.output and counting.RUNS == [1]
+
+
+def test_listing_and_verifying_damaged_or_odd_rows_never_crash_or_forge_lines(tmp_path):
+    """QA: a session row edited by hand (a text score, a blob source) crashed ``sessions``
+    with a traceback; a session id holding a newline printed a forged line; a file whose
+    pages SQLite finds damaged verified as fine (the hashes it holds were all intact)."""
+    import sqlite3
+
+    db = tmp_path / "d.sqlite"
+    with CheckpointStore(db) as store:
+        for sid in ("s0", "s1", "s\nok    forged"):
+            store.save(record(lambda ctx: ctx.llm("a", produce=lambda: "x" * 3000), session_id=sid))
+        for i in range(20):
+            store.save(
+                record(lambda ctx: ctx.llm("b", produce=lambda: "y" * 3000), session_id=f"p{i}")
+            )
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET score='abc' WHERE session_id='s1'")
+        conn.execute("UPDATE sessions SET source=x'00ff' WHERE session_id='s0'")
+    listed = run("sessions", "--db", db)
+    assert listed.exit_code == 0, listed.output
+    assert "s\\u000aok    forged" in listed.output and "\nok    forged" not in listed.output
+    verified = run("verify", "--db", db)
+    assert verified.exit_code == 1 and "BAD   s1" in verified.output
+    assert "ok    s\\u000aok    forged" in verified.output
+    with open(db, "r+b") as handle:  # a page of the file overwritten
+        handle.seek(8192 * 7)
+        handle.write(bytes(range(256)) * 32)
+    damaged = run("verify", "--db", db)
+    assert damaged.exit_code == 1
+    assert "BAD   file  SQLite's integrity check:" in damaged.output
+    with CheckpointStore(db, read_only=True) as store:
+        with pytest.raises(StoreError, match="opened read-only; nothing can be written"):
+            store.vacuum()

@@ -105,3 +105,19 @@ def test_the_reports_of_pruned_sessions_go_with_them(demo_db):
     done = run("prune", "--db", demo_db, "--session", "s1", "--json")
     assert len(json.loads(done.output)["reports"]) == 2
     assert sorted(p.name for p in folder.glob("*.json")) == ["notes.json", "other.json"]
+
+
+def test_reports_of_sessions_deleted_before_go_with_the_next_prune(demo_db):
+    """QA: a session deleted through the Python API (or with another --reports-dir) left its
+    reports in DB.reports/ for good: prune looked only for the sessions it deleted itself."""
+    agent = "agent_replay.demo.agent:support_agent"
+    verifier = "agent_replay.demo.agent:refund_approved"
+    run("attribute", "--db", demo_db, "--session", "s1", "--agent", agent, "--verifier", verifier)
+    folder = demo_db.with_name(demo_db.name + ".reports")
+    (folder / "kept.json").write_text(json.dumps({"session_id": "ok", "verdict": "undecided"}))
+    with CheckpointStore(demo_db) as store:
+        store.prune(["s1"])
+    assert len(list(folder.glob("s1-*.json"))) == 1
+    result = run("prune", "--db", demo_db)
+    assert "removed 1 report on them" in result.output
+    assert [p.name for p in folder.glob("*.json")] == ["kept.json"]

@@ -115,6 +115,15 @@ def echo(message: Any = None, **kwargs: Any) -> None:
     click.echo(visible(message) if isinstance(message, str) else message, **kwargs)
 
 
+_BREAKS = re.compile("[\t\n]")
+
+
+def one_line(text: str) -> str:
+    """An id (or other one-line field) with its tabs and newlines written as escapes: an id
+    holding a newline cannot forge a line of the output (``echo`` escapes the rest)."""
+    return _BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def echo_json(data: Any) -> None:
     echo(json.dumps(plain_json(data), indent=2, sort_keys=True))
 

@@ -26,7 +26,8 @@ from .show import render_table
     default="agent-replay-demo",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for the demo store and reports (replaced on each run).",
+    help="Folder for the demo store and reports (the store and report.* are replaced on each "
+    "run; other files are kept).",
 )
 def demo_command(out_dir: Path) -> None:
     """The whole story: record a failing agent through OpenTelemetry, store and verify it,

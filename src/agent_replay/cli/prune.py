@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -63,8 +64,16 @@ def prune_command(
         if unknown:
             raise click.ClickException(f"no session {unknown[0]!r} in {db}; nothing deleted")
         result = store.prune(session_ids, saved_before_ns=cutoff, dry_run=dry_run)
+        remaining = set(store.session_ids()) - set(result.sessions)
         sizes = store.vacuum() if vacuum and not dry_run else None
-    reports = _reports_of(reports_dir or reports_dir_for(db), set(result.sessions))
+    gone = set(result.sessions)
+    if reports_dir is None:
+        # the store's own reports folder holds nothing but its sessions' reports: those of
+        # sessions deleted before (by CheckpointStore.prune, or with another --reports-dir)
+        # go too
+        reports = _reports_of(reports_dir_for(db), lambda session: session not in remaining)
+    else:
+        reports = _reports_of(reports_dir, lambda session: session in gone)
     if not dry_run:
         for path in reports:
             try:
@@ -104,10 +113,10 @@ def prune_command(
         echo(f"file: {_size(sizes[0])} -> {_size(sizes[1])} after vacuum")
 
 
-def _reports_of(folder: Path, sessions: set[str]) -> list[Path]:
-    """The attribution reports in ``folder`` on any of ``sessions``: a report holds the run's
-    content, so what prunes a session prunes them too."""
-    if not sessions or not folder.is_dir():
+def _reports_of(folder: Path, deleted: Callable[[str], bool]) -> list[Path]:
+    """The attribution reports in ``folder`` on a session ``deleted`` says is gone: a report
+    holds the run's content, so what prunes a session prunes them too."""
+    if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.glob("*.json")):
@@ -115,7 +124,8 @@ def _reports_of(folder: Path, sessions: set[str]) -> list[Path]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not a report (or not readable): not ours to delete
-        if isinstance(data, dict) and data.get("session_id") in sessions:
+        session = data.get("session_id") if isinstance(data, dict) else None
+        if isinstance(session, str) and deleted(session):
             found.append(path)
     return found
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import StoreError
 from ..session import Session
 from .common import (
     db_option,
@@ -56,6 +57,13 @@ def record_command(
     verifier = load_optional(verifier_spec, "--verifier")
     task = parse_json_arg(task_text, "--task")
     with friendly_errors(), Session(db) as session:
+        if session_id is not None and session_id in session.store:
+            # refused before the agent runs: a live run (model calls, side effects) that
+            # could not be stored afterwards would be lost
+            raise StoreError(
+                f"session {session_id!r} already exists in {db}; choose another session id "
+                "(nothing was run)"
+            )
         traj = session.record(agent, task, session_id=session_id, seed=seed, verifier=verifier)
     if as_json:
         echo_json(trajectory_json(traj))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, echo, echo_json, friendly_errors, json_option, open_store
+from .common import db_option, echo, echo_json, friendly_errors, json_option, one_line, open_store
 
 
 @click.command("sessions")
@@ -24,16 +24,17 @@ def sessions_command(db: Path, as_json: bool, search: str | None) -> None:
         where = f"whose id contains {search!r} " if search else ""
         echo(f"no sessions {where}in {db}")
         return
-    width = max(len("session"), *(len(r.session_id) for r in rows))
-    source_width = max(len("source"), *(len(r.source) for r in rows))
+    ids = {r.session_id: one_line(r.session_id) for r in rows}
+    width = max(len("session"), *(len(i) for i in ids.values()))
+    source_width = max(len("source"), *(len(one_line(r.source)) for r in rows))
     echo(
         f"{'session':<{width}}  {'steps':>5}  {'outcome':<8} {'score':>5}  "
         f"{'source':<{source_width}} parent"
     )
     for r in rows:
         score = "-" if r.score is None else f"{r.score:.2f}"
-        parent = f"{r.parent_session}@{r.fork_step}" if r.parent_session else ""
+        parent = f"{one_line(r.parent_session)}@{r.fork_step}" if r.parent_session else ""
         echo(
-            f"{r.session_id:<{width}}  {r.steps:>5}  {r.outcome:<8} {score:>5}  "
-            f"{r.source:<{source_width}} {parent}"
+            f"{ids[r.session_id]:<{width}}  {r.steps:>5}  {r.outcome:<8} {score:>5}  "
+            f"{one_line(r.source):<{source_width}} {parent}"
         )

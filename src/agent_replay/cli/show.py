@@ -15,6 +15,7 @@ from .common import (
     echo_json,
     friendly_errors,
     json_option,
+    one_line,
     open_store,
     outcome_word,
     plural,
@@ -61,7 +62,8 @@ def render_table(traj: Trajectory, width: int | None = None) -> str:
         columns = shutil.get_terminal_size((150, 24)).columns
         width = max(12, min(48, (columns - 50) // 2))  # a row is 50 + 2 * width
     lines = [
-        f"session {traj.session_id}  ({plural(len(traj.steps), 'step')}, source {traj.source})"
+        f"session {one_line(traj.session_id)}  ({plural(len(traj.steps), 'step')}, "
+        f"source {one_line(traj.source)})"
     ]
     if traj.outcome is not None:
         o = traj.outcome

@@ -584,13 +584,16 @@ class CheckpointStore:
             if conn.in_transaction:  # (SQLite may have ended it on an I/O error)
                 conn.execute("COMMIT")
 
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            why = f" ({self.unwritable})" if self.unwritable else ""
+            raise StoreError(f"{self.path}: opened read-only{why}; nothing can be written")
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection, rolled back on any
         error; refuses a store file deleted or replaced while open."""
-        if self.read_only:
-            why = f" ({self.unwritable})" if self.unwritable else ""
-            raise StoreError(f"{self.path}: opened read-only{why}; nothing can be written")
+        self._refuse_if_read_only()
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         # An open connection keeps writing to a file that was deleted or replaced meanwhile,
@@ -955,6 +958,7 @@ class CheckpointStore:
         writer while it runs). Returns the bytes the store took on disk before and after, its
         write-ahead log included (a checkpoint moves the log into the file first, but one that
         other connections keep busy cannot)."""
+        self._refuse_if_read_only()
         with self._sqlite_errors("vacuum"):
             conn = self._conn()
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -1016,16 +1020,18 @@ class CheckpointStore:
         sql += " ORDER BY saved_ns, session_id"
         with self._sqlite_errors("list sessions"):
             rows = self._conn().execute(sql, args).fetchall()
+        # a row damaged by hand (a text score, a blob id: verify names it) is listed as well
+        # as it can be, never a crash of the listing
         return [
             SessionSummary(
-                session_id=r[0],
-                steps=r[1],
+                session_id=_listed_text(r[0]),
+                steps=r[1] if type(r[1]) is int else 0,
                 failed=None if r[2] is None else bool(r[2]),
-                score=r[3],
-                source=r[4] or "native",
-                parent_session=r[5],
-                fork_step=r[6],
-                saved_ns=r[7],
+                score=r[3] if type(r[3]) in (int, float) else None,
+                source=_listed_text(r[4] or "native"),
+                parent_session=None if r[5] is None else _listed_text(r[5]),
+                fork_step=r[6] if type(r[6]) is int else None,
+                saved_ns=r[7] if type(r[7]) is int else 0,
             )
             for r in rows
         ]
@@ -1295,6 +1301,15 @@ class CheckpointStore:
                 results.append(VerifyResult(sid, True, len(traj.steps)))
         return results
 
+    def file_problems(self, limit: int = 10) -> list[str]:
+        """What SQLite's own check (``PRAGMA quick_check``) finds wrong with the file's pages
+        and indexes (damage that no hash covers: a write to the store would fail on it);
+        empty when it finds nothing."""
+        with self._sqlite_errors("check the file"):
+            rows = self._conn().execute(f"PRAGMA quick_check({int(limit)})").fetchall()
+        problems = ["; ".join(str(row[0]).splitlines()) for row in rows]  # one line each
+        return [] if problems == ["ok"] else problems
+
     def stats(self) -> dict[str, int]:
         """Row counts: how much the CAS is sharing."""
         with self._sqlite_errors("count rows"):
@@ -1552,3 +1567,8 @@ def _step_from_stored(
         output_bytes=output_bytes,
         header_bytes=header_bytes,
     )
+
+
+def _listed_text(value: Any) -> str:
+    """A text column as listed: itself, or the ``repr`` of what a damaged row holds there."""
+    return value if isinstance(value, str) else repr(value)
