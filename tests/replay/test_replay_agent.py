@@ -1065,3 +1065,42 @@ def test_an_async_client_is_refused_with_a_clear_error():
     )
     with pytest.raises(PolicyError, match=r"synchronous client \(openai.OpenAI\)"):
         policy.resample(request)
+
+
+def test_the_openai_policy_sends_the_recorded_stops_penalties_and_token_cap(chat_server):
+    """QA: the import kept ``stop``, the penalties and ``max_completion_tokens``, and the
+    re-draw was sent without them (another sampling policy than the recorded call's)."""
+    _ChatServer.fail_first = False
+    recorded = {
+        "temperature": 0.3,
+        "stop": ["\nUser:"],
+        "frequency_penalty": "0.5",
+        "presence_penalty": 0.1,
+        "max_completion_tokens": 256,
+        "top_k": 40,  # no chat completions parameter: not sent
+        "seed": 7,  # the rollout's stream gives the seed
+    }
+    drafts = [
+        StepDraft(
+            kind=StepKind.LLM,
+            name="chat",
+            inputs={"messages": [parts("user", "hello")]},
+            action=[parts("assistant", "hi")],
+            attributes={"model": "m", "parameters": recorded},
+        )
+    ]
+    traj = Trajectory("p", metadata={"source": "import:test"}).with_steps(drafts)
+    for policy, cap in (
+        (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0), None),
+        (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0, max_tokens=9), 9),
+    ):
+        _ChatServer.requests = []
+        replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0))
+        ((_, body),) = _ChatServer.requests
+        assert body["temperature"] == 0.3 and body["stop"] == ["\nUser:"]
+        assert body["frequency_penalty"] == 0.5 and body["presence_penalty"] == 0.1
+        assert "top_k" not in body and body["seed"] != 7
+        if cap is None:
+            assert body["max_completion_tokens"] == 256 and "max_tokens" not in body
+        else:
+            assert body["max_tokens"] == cap and "max_completion_tokens" not in body

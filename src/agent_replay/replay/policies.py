@@ -270,11 +270,12 @@ class OpenAIChatPolicy:
             "temperature": temperature,
             "seed": request.rng.getrandbits(31),
         }
-        if "top_p" in recorded:
-            kwargs["top_p"] = recorded["top_p"]
-        max_tokens = self.max_tokens if self.max_tokens is not None else recorded.get("max_tokens")
-        if max_tokens is not None:
-            kwargs["max_tokens"] = max_tokens
+        for key in _PASSED_ON:
+            if key in recorded:
+                kwargs[key] = recorded[key]
+        if self.max_tokens is not None:  # in place of the recorded cap, whatever its name
+            kwargs.pop("max_completion_tokens", None)
+            kwargs["max_tokens"] = self.max_tokens
         tools = _openai_tools(request.inputs)
         if tools:
             kwargs["tools"] = tools
@@ -603,19 +604,40 @@ def as_policy(obj: Any) -> Callable[[ResampleRequest], Any]:
     return obj
 
 
-def _recorded_parameters(step: Step, inputs: Any) -> dict[str, float]:
-    """The sampling parameters the recorded call was made with (``temperature``, ``top_p``,
-    ``max_tokens``), as the import keeps them: ``parameters`` in the step's attributes or its
-    inputs."""
-    out: dict[str, float] = {}
+#: recorded request parameters a re-draw is sent with, besides the temperature (``seed`` comes
+#: from the rollout's stream; ``top_k`` is no chat completions parameter)
+_PASSED_ON = (
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+)
+_COUNTS = ("max_tokens", "max_completion_tokens")
+
+
+def _recorded_parameters(step: Step, inputs: Any) -> dict[str, Any]:
+    """The parameters the recorded call was made with (``temperature`` and
+    :data:`_PASSED_ON`), as the import keeps them: ``parameters`` in the step's attributes or
+    its inputs. Numbers written as text (Langfuse keeps attributes so) are read as numbers;
+    ``stop`` is a string or a list of strings."""
+    out: dict[str, Any] = {}
     for where in (inputs, step.attributes):
         params = where.get("parameters") if isinstance(where, Mapping) else None
         if not isinstance(params, Mapping):
             continue
-        for key in ("temperature", "top_p", "max_tokens"):
-            value = _number(params.get(key))  # Langfuse keeps attributes as text: "0.2"
+        for key in ("temperature", *_PASSED_ON):
+            raw = params.get(key)
+            if key == "stop":
+                if isinstance(raw, str) or (
+                    isinstance(raw, list) and raw and all(isinstance(s, str) for s in raw)
+                ):
+                    out.setdefault(key, raw)
+                continue
+            value = _number(raw)
             if value is not None:
-                out.setdefault(key, int(value) if key == "max_tokens" else value)
+                out.setdefault(key, int(value) if key in _COUNTS else value)
     return out
 
 
