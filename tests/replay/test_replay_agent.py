@@ -24,6 +24,18 @@ def parts(role, text):
     return {"role": role, "parts": [{"type": "text", "content": text}]}
 
 
+def one_chat(attributes, session="t") -> Trajectory:
+    """An imported run of one llm step ("hello" -> "hi") with these attributes."""
+    draft = StepDraft(
+        kind=StepKind.LLM,
+        name="chat",
+        inputs={"messages": [parts("user", "hello")]},
+        action=[parts("assistant", "hi")],
+        attributes=attributes,
+    )
+    return Trajectory(session, metadata={"source": "import:test"}).with_steps([draft])
+
+
 def group_chat() -> Trajectory:
     """An imported three-speaker chat: each speaker sees the history so far."""
     lines = [
@@ -215,16 +227,7 @@ def test_openai_policy_falls_back_to_the_recorded_calls_model(chat_server, monke
     AGENT_REPLAY_MODEL, the policy re-draws with that model instead of refusing."""
     monkeypatch.delenv("AGENT_REPLAY_MODEL", raising=False)
     _ChatServer.fail_first = False
-    drafts = [
-        StepDraft(
-            kind=StepKind.LLM,
-            name="chat",
-            inputs={"messages": [parts("user", "hello")]},
-            action=[parts("assistant", "hi")],
-            attributes={"model": "gpt-4o-mini"},
-        )
-    ]
-    traj = Trajectory("m", metadata={"source": "import:test"}).with_steps(drafts)
+    traj = one_chat({"model": "gpt-4o-mini"}, session="m")
     policy = OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0)
     replay(replayable_agent(traj, {"llm": policy}), traj, ReplayPlan.ablate_from(0))
     assert [body["model"] for _, body in _ChatServer.requests] == ["gpt-4o-mini"]
@@ -953,16 +956,7 @@ def test_the_openai_policy_samples_as_the_recorded_call_did(chat_server):
     """A step recorded at temperature 0.2 was re-drawn at 1.0 (the policy's default): the
     rollouts measured another sampling policy than the agent's."""
     _ChatServer.fail_first = False
-    drafts = [
-        StepDraft(
-            kind=StepKind.LLM,
-            name="chat",
-            inputs={"messages": [parts("user", "hello")]},
-            action=[parts("assistant", "hi")],
-            attributes={"model": "m", "parameters": {"temperature": 0.2, "top_p": 0.9}},
-        )
-    ]
-    traj = Trajectory("t", metadata={"source": "import:test"}).with_steps(drafts)
+    traj = one_chat({"model": "m", "parameters": {"temperature": 0.2, "top_p": 0.9}}, session="t")
     for policy, expected in (
         (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0), 0.2),
         (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0, temperature=0.7), 0.7),
@@ -1080,16 +1074,7 @@ def test_the_openai_policy_sends_the_recorded_stops_penalties_and_token_cap(chat
         "top_k": 40,  # no chat completions parameter: not sent
         "seed": 7,  # the rollout's stream gives the seed
     }
-    drafts = [
-        StepDraft(
-            kind=StepKind.LLM,
-            name="chat",
-            inputs={"messages": [parts("user", "hello")]},
-            action=[parts("assistant", "hi")],
-            attributes={"model": "m", "parameters": recorded},
-        )
-    ]
-    traj = Trajectory("p", metadata={"source": "import:test"}).with_steps(drafts)
+    traj = one_chat({"model": "m", "parameters": recorded}, session="p")
     for policy, cap in (
         (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0), None),
         (OpenAIChatPolicy(base_url=chat_server, api_key="k", max_retries=0, max_tokens=9), 9),
