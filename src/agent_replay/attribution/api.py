@@ -13,6 +13,7 @@ from ..model import Trajectory
 from ..replay.agent import following_counts, unfollowed_warnings
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
+from ..report._data import REPAIR_SEARCH
 from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
 from .budget import fit_repair, fit_shapley, search_budget, worth_reserving
 from .effects import PrefixProfile, SearchResult, search_effects, significant
@@ -115,8 +116,6 @@ def attribute(
         raise ValueError("confidence must be in (0.5, 1)")
     if agents is not None and not isinstance(agents, bool):
         raise ValueError(f"agents must be True, False or None (automatic); got {agents!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a whole number of at least 0; got {seed!r}")
     counts = {
         "rollouts": rollouts,
         "initial_rollouts": initial_rollouts,
@@ -416,7 +415,7 @@ def attribute(
             left(), n - culprit, rollouts=min(rollouts, 64), candidates=MAX_CANDIDATES
         )
         if per_candidate is None:
-            warnings.append(_left_out("the repair search", left()))  # (REPAIR_LEFT_OUT)
+            warnings.append(_left_out(REPAIR_SEARCH, left()))
         else:
             found_repair = find_minimal_repair(
                 engine,

@@ -176,13 +176,15 @@ def visible(text: str) -> str:
     return _ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-#: how the warning of a repair search the budget left out begins (``attribute`` writes it)
-REPAIR_LEFT_OUT = "the repair search left out"
+#: what ``attribute`` calls the repair in the warning it gives when the budget leaves it out
+#: ("the repair search left out: ..."), by which the reports recognise that warning
+REPAIR_SEARCH = "the repair search"
 
 
 def repair_left_out(data: Mapping[str, Any]) -> bool:
     """Whether a repair was asked for and the budget left it out (a warning says so)."""
-    return any(str(w).startswith(REPAIR_LEFT_OUT) for w in data.get("warnings") or ())
+    prefix = f"{REPAIR_SEARCH} left out"
+    return any(str(w).startswith(prefix) for w in data.get("warnings") or ())
 
 
 def clip(value: Any, width: int = 60) -> str:

@@ -263,7 +263,7 @@ class RolloutEngine:
         seed: int = 0,
     ) -> None:
         if type(seed) is not int or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, not {seed!r}")
+            raise ValueError(f"seed must be a whole number of at least 0; got {seed!r}")
         ensure_verified(trajectory)
         self.seed = seed
         self.trajectory = trajectory
