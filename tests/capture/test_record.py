@@ -119,6 +119,34 @@ def test_unencodable_output_names_the_step_even_if_swallowed():
         record(sloppy)
 
 
+@pytest.mark.parametrize(
+    ("task", "metadata", "where"),
+    [
+        ({"q": "caf\udce9"}, None, r"at \$\.task\.q$"),
+        ({"q": "ok"}, {"user": object()}, r"at \$\.metadata\.user$"),
+    ],
+)
+def test_a_task_or_metadata_that_cannot_be_stored_is_refused_before_the_agent_runs(
+    tmp_path, task, metadata, where
+):
+    """QA: a task holding a lone surrogate (a dict of strings skipped the check) or metadata
+    holding an object was refused only after the agent had run - its side-effecting tool
+    had sent the e-mail - and the run was lost."""
+    sent = []
+
+    def agent(ctx, q):
+        ctx.tool("send_email", produce=lambda: sent.append(q) or "sent", side_effects=True)
+        return "done"
+
+    with Session(tmp_path / "runs.sqlite") as session:
+        with pytest.raises(CanonicalEncodingError, match=where):
+            session.record(agent, task, metadata=metadata)
+        assert session.store.list_sessions() == []
+    with pytest.raises(CanonicalEncodingError, match=where):
+        record(agent, task, metadata=metadata)
+    assert sent == []
+
+
 def test_async_agent_records_the_same_way():
     async def aagent(ctx, n):
         async def slow():
@@ -165,6 +193,27 @@ def test_verifier_errors_are_clear():
         record(agent, {"question": "x"}, verifier=lambda r: "yes")
     with pytest.raises(VerifierError, match="raised KeyError"):
         record(agent, {"question": "x"}, verifier=lambda r: r["missing"])
+
+
+def test_a_verifier_whose_exception_or_value_cannot_be_printed_is_still_a_verifier_error():
+    """QA: an exception whose __str__ fails (or a returned value whose __repr__ does) made
+    record raise that failure (RuntimeError) instead of VerifierError."""
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("__str__ failed")
+
+    class Opaque:
+        def __repr__(self):
+            raise RuntimeError("__repr__ failed")
+
+    def raises(result):
+        raise Unprintable()
+
+    with pytest.raises(VerifierError, match=r"raised Unprintable: <exception str\(\) failed"):
+        record(agent, {"question": "x"}, verifier=raises)
+    with pytest.raises(VerifierError, match=r"returned .*Opaque <Opaque \(repr\(\) failed\)>"):
+        record(agent, {"question": "x"}, verifier=lambda r: Opaque())
 
 
 class Scalar:

@@ -10,7 +10,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from ..canonical import snapshot
+from ..canonical import encode, snapshot
 from ..errors import CanonicalEncodingError
 from ..model import GENESIS_HASH, Step, StepDraft, StepKind, Trajectory
 from .context import (
@@ -138,14 +138,16 @@ class Recorder:
         return value
 
 
-def _as_called(task: Any) -> Any:
+def _as_called(task: Any, metadata: Mapping[str, Any] | None, session_id: str) -> Any:
     """The task as the agent was called with it: an agent that appends to a list it was given
-    must not change the recording (a held replay calls it with the recorded task). A task
-    that cannot be stored is kept as it is, for :func:`_finish` to name."""
+    must not change the recording (a held replay calls it with the recorded task). A task or
+    metadata that cannot be stored raises here, naming where, before the agent runs: its side
+    effects must not happen for a run that could not be kept."""
     try:
-        return snapshot(task)
-    except CanonicalEncodingError:
-        return task
+        encode({"task": task, "metadata": dict(metadata or {})})
+    except CanonicalEncodingError as exc:
+        raise exc.located(f"session {session_id}") from None
+    return snapshot(task)
 
 
 def _prepare(
@@ -204,7 +206,7 @@ def _finish(
         )
         meta["result_repr"] = True
         trajectory = replace(trajectory, outcome=outcome, metadata=meta)
-        trajectory.digest  # noqa: B018 - the task itself is not encodable: raise here
+        trajectory.digest  # noqa: B018 - anything else that cannot be stored: raise here
     return trajectory
 
 
@@ -242,8 +244,8 @@ def record(
                 pass_context=pass_context,
             )
         )
-    recorded_task = _as_called(task)
     recorder, ctx = _prepare(task, session_id, seed, tracer_provider, capture_content, AgentContext)
+    recorded_task = _as_called(task, metadata, ctx.session_id)
     result, error = run_agent(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )
@@ -265,7 +267,6 @@ async def arecord(
     """:func:`record` for ``async def`` agents, from inside an event loop. A plain ``def``
     agent is run as :func:`record` runs it (its context's calls are not awaitable)."""
     plain = not is_async_agent(agent_fn)
-    recorded_task = _as_called(task)
     recorder, ctx = _prepare(
         task,
         session_id,
@@ -274,6 +275,7 @@ async def arecord(
         capture_content,
         AgentContext if plain else AsyncAgentContext,
     )
+    recorded_task = _as_called(task, metadata, ctx.session_id)
     run = (run_agent if plain else arun_agent)(
         agent_fn, ctx, task, pass_context=pass_context, reraise=(CanonicalEncodingError,)
     )

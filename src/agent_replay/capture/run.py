@@ -215,7 +215,9 @@ def judge(
     try:
         raw = verifier(result)
     except Exception as exc:
-        raise VerifierError(f"{where}: the verifier raised {type(exc).__name__}: {exc}") from exc
+        raise VerifierError(
+            f"{where}: the verifier raised {type(exc).__name__}: {exception_text(exc)}"
+        ) from exc
     return Outcome.from_score(coerce_score(raw, where), kept)
 
 
@@ -232,7 +234,9 @@ def coerce_score(raw: Any, where: str) -> float:
         value = float(raw)
         if math.isfinite(value) and 0.0 <= value <= 1.0:
             return value
-        raise VerifierError(f"{where}: the verifier returned {raw!r}; a score in [0, 1] is needed")
+        raise VerifierError(
+            f"{where}: the verifier returned {_shown(raw)}; a score in [0, 1] is needed"
+        )
     kind = type(raw)
     name = (
         kind.__qualname__
@@ -240,9 +244,17 @@ def coerce_score(raw: Any, where: str) -> float:
         else f"{kind.__module__}.{kind.__qualname__}"
     )
     raise VerifierError(
-        f"{where}: the verifier returned {name} {raw!r}; it must return a number in [0, 1] "
-        "(1.0 = success) or a bool"
+        f"{where}: the verifier returned {name} {_shown(raw)}; it must return a number in "
+        "[0, 1] (1.0 = success) or a bool"
     )
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error message, or a placeholder when that repr itself fails."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} (repr() failed)>"
 
 
 def describe_failure(error: BaseException) -> dict[str, Any]:
