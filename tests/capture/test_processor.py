@@ -1,5 +1,9 @@
 import json
+import subprocess
+import sys
 
+import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from agent_replay import CheckpointStore, record
@@ -91,3 +95,30 @@ def test_full_queue_drops_and_counts(db_path):
             pass
     assert processor.stats()["dropped"] >= 3
     provider.shutdown()
+
+
+def test_attach_to_a_provider_that_takes_no_processors_is_a_clear_error_before_opening(
+    tmp_path,
+):
+    """QA: with a NoOpTracerProvider set globally (OTel lets nobody replace it) attach raised
+    AttributeError after opening the store and starting its worker thread, which stayed."""
+    script = f"""
+import threading
+from opentelemetry import trace
+trace.set_tracer_provider(trace.NoOpTracerProvider())
+from agent_replay.otel import attach
+try:
+    attach({str(tmp_path / "runs.sqlite")!r})
+except TypeError as exc:
+    print("TypeError:", exc)
+print(sorted(t.name for t in threading.enumerate()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "TypeError: cannot attach to the global tracer provider: NoOpTracerProvider" in out
+    assert out.splitlines()[-1] == "['MainThread']"
+    assert not (tmp_path / "runs.sqlite").exists()
+    with pytest.raises(TypeError, match="the given tracer provider"):
+        attach(tmp_path / "runs.sqlite", tracer_provider=trace.NoOpTracerProvider())
+    assert not (tmp_path / "runs.sqlite").exists()

@@ -533,3 +533,39 @@ def test_a_failed_span_takes_its_error_from_the_exception_event():
         "type": "error",
         "message": "TimeoutError: timed out",
     }
+
+
+def test_ctx_step_content_on_spans_is_strict_json_and_maps_back_exactly():
+    """QA: with content capture on, ``agent_replay.step.output`` held a bare NaN token (strict
+    JSON parsers in a backend refuse it) and bytes or sets as their repr, so what a receiver
+    stored was not what the recording stored."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agent_replay import record
+
+    value = {"p": float("nan"), "b": b"\x00", "s": {1}, "t": (1, "x"), "n": 42}
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traj = record(
+        lambda ctx: ctx.tool("probe", produce=lambda: value, arg=b"\x01"),
+        tracer_provider=provider,
+        capture_content=True,
+    )
+    (finished,) = exporter.get_finished_spans()
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+
+    for key, text in finished.attributes.items():
+        if key.startswith(("agent_replay.step.inputs", "agent_replay.step.output", "gen_ai.")):
+            if key.startswith("gen_ai.") and not key.endswith(("arguments", "result")):
+                continue
+            json.loads(text, parse_constant=refuse)
+    assert json.loads(finished.attributes["gen_ai.tool.call.result"])["p"] == "NaN"
+    m = map_span(span(_scope="agent_replay", **dict(finished.attributes)))
+    assert m.inputs == traj.steps[0].inputs == {"arg": b"\x01"}
+    assert m.action["b"] == b"\x00" and m.action["s"] == {1} and m.action["t"] == (1, "x")
+    assert m.action["n"] == 42 and m.action["p"] != m.action["p"]  # NaN

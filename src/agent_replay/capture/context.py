@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opentelemetry import trace
 
 from .._version import __version__
-from ..canonical import escape_texts, snapshot
-from ..errors import RecordedStepError
+from ..canonical import escape_text, escape_texts, plain_json, snapshot, stored_bytes
+from ..errors import CanonicalEncodingError, RecordedStepError
 from ..model import StepKind
 from .seeds import ContextRandom, KeyedRandom
 
@@ -832,10 +832,15 @@ def span_attributes(
 
 
 def content_attributes(call: StepCall, inputs: Any, output: Any) -> dict[str, str]:
-    """Opt-in content attributes in the GenAI conventions' shape (JSON strings on spans)."""
+    """Opt-in content attributes (strict JSON strings on spans): the GenAI conventions' ones
+    for any backend, and ``agent_replay.step.*`` in the store's own encoding, from which a
+    receiver gets the exact values back (bytes, sets, NaN: see ``canonical``)."""
     inputs_json = _json(inputs)
     output_json = _json(output)
-    attrs = {"agent_replay.step.inputs": inputs_json, "agent_replay.step.output": output_json}
+    attrs = {
+        "agent_replay.step.inputs": _stored_json(inputs, inputs_json),
+        "agent_replay.step.output": _stored_json(output, output_json),
+    }
     if call.kind is StepKind.TOOL:
         attrs["gen_ai.tool.call.arguments"] = inputs_json
         attrs["gen_ai.tool.call.result"] = output_json
@@ -856,10 +861,17 @@ def content_attributes(call: StepCall, inputs: Any, output: Any) -> dict[str, st
 
 
 def _json(value: Any) -> str:
+    """``value`` as strict JSON text that any backend parses (``plain_json``: no NaN tokens,
+    bytes and other objects as their repr)."""
+    return escape_text(json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False))
+
+
+def _stored_json(value: Any, plain: str) -> str:
+    """``value``'s stored encoding as text (``plain`` when it has none)."""
     try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
-        return repr(value)
+        return escape_text(stored_bytes(value).decode("utf-8"))
+    except CanonicalEncodingError:
+        return plain
 
 
 def _span_ids(span: Any) -> tuple[str | None, str | None, str | None]:

@@ -276,14 +276,24 @@ def attach(
     **options: Any,
 ) -> TrajectorySpanProcessor:
     """Add a :class:`TrajectorySpanProcessor` to ``tracer_provider`` (the global provider by
-    default; an SDK ``TracerProvider`` is installed globally if none is configured yet)."""
+    default; an SDK ``TracerProvider`` is installed globally if none is configured yet).
+
+    Raises ``TypeError``, before opening anything, when the provider cannot take span
+    processors (a ``NoOpTracerProvider`` set globally earlier, which OTel does not let
+    anyone replace)."""
     provider = tracer_provider or trace.get_tracer_provider()
-    if not hasattr(provider, "add_span_processor"):
+    if tracer_provider is None and not hasattr(provider, "add_span_processor"):
         from opentelemetry.sdk.trace import TracerProvider
 
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
+        trace.set_tracer_provider(TracerProvider())  # a no-op (with a warning) when one is set
         provider = trace.get_tracer_provider()
+    if not hasattr(provider, "add_span_processor"):
+        where = "the given" if tracer_provider is not None else "the global"
+        raise TypeError(
+            f"cannot attach to {where} tracer provider: {type(provider).__name__} takes no span "
+            "processors (the global one can be set only once per process); pass "
+            "tracer_provider= an opentelemetry.sdk.trace.TracerProvider"
+        )
     processor = TrajectorySpanProcessor(store, **options)
     provider.add_span_processor(processor)  # type: ignore[attr-defined]
     return processor
