@@ -340,6 +340,48 @@ def test_a_trace_split_over_imports_is_stored_as_imported_whole(tmp_path):
         assert apart.task == whole.task and "messages" in apart.task
 
 
+def test_a_failed_child_span_does_not_fail_a_split_trace_whose_root_comes_later(
+    tmp_path, monkeypatch
+):
+    """QA: the tool span failed (an error the agent handled) and the agent span, which did
+    not, came in a later file (a Collector rotating its file: the root ends last). Imported
+    apart, the first part's topmost spans stood in for the root: the tool's error became the
+    session's outcome and the root arriving later did not clear it (importing both files
+    together: no failure). The root's name and every file imported stay noted too; and the
+    same file named another way is the same file."""
+    for n, parts in enumerate((([0, 1, 2], [3]), ([3], [0, 1, 2]))):
+        (tmp_path / str(n)).mkdir()
+        paths = _split_fixture(tmp_path / str(n), parts)
+        for path in paths:  # the tool span (position 2) failed with an exception
+            document = json.loads(path.read_text())
+            for scope in document["resourceSpans"][0]["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"].startswith("execute_tool"):
+                        span["status"] = {"code": 2, "message": "bad city"}
+                        span["events"] = [
+                            {
+                                "name": "exception",
+                                "timeUnixNano": span["endTimeUnixNano"],
+                                "attributes": [
+                                    {"key": "exception.type", "value": {"stringValue": "E"}},
+                                    {"key": "exception.message", "value": {"stringValue": "x"}},
+                                ],
+                            }
+                        ]
+            path.write_text(json.dumps(document))
+        whole = _imported(tmp_path / f"whole{n}.sqlite", paths)
+        apart = _imported(tmp_path / f"apart{n}.sqlite", *([p] for p in paths))
+        assert whole.outcome is None and any(s.error for s in whole.steps)
+        assert apart.digest == whole.digest  # steps, outcome, task and metadata alike
+        assert apart.metadata["root_span"] == "invoke_agent weather_agent"
+        assert apart.metadata["import"]["files"] == sorted(str(p) for p in paths)
+    first_only = _imported(tmp_path / "first.sqlite", paths[1:])
+    assert first_only.outcome.failed  # alone, the part is all there is to judge by
+    monkeypatch.chdir(paths[1].parent)
+    again = _imported(tmp_path / "first.sqlite", [paths[1].name])
+    assert again.digest == first_only.digest
+
+
 def test_the_task_of_a_conversation_is_its_first_turns_whatever_the_import_order(tmp_path):
     def turn_file(n):
         span = otlp_span(

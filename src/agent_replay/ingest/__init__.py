@@ -846,10 +846,16 @@ class _Traces:
                 self.files.setdefault(trace_id, set()).add(source)
 
     def annotated(self, trajectory: Trajectory) -> Trajectory:
-        """``trajectory`` noting (``metadata["import"]["files"]``) the files it came from."""
+        """``trajectory`` noting (``metadata["import"]["files"]``) the files it came from, by
+        absolute path: the same file named another way is the same file (imported again, it
+        leaves the session unchanged)."""
         traces = trajectory.metadata.get("trace_ids", ())
-        files = sorted({f for t in traces for f in self.files.get(t, ())})
+        files = sorted({_absolute(f) for t in traces for f in self.files.get(t, ())})
         return replace(trajectory, metadata={**trajectory.metadata, "import": {"files": files}})
+
+
+def _absolute(name: str) -> str:
+    return name if name == _name(None) else os.path.abspath(name)
 
 
 def _warn_unjoined(result: ImportResult, unjoined: int) -> None:

@@ -583,6 +583,11 @@ def _build(
 
     span_ids = {(m.span.trace_id, m.span.span_id) for m in members}
     roots = sorted((m for m in members if not _has_parent(m, span_ids)), key=_sort_key)
+    # traces whose root span is not here (spans of a trace split over files, its root in a
+    # later one): their topmost spans stand in for the root until it comes
+    rootless = {m.span.trace_id for m in members} - {
+        r.span.trace_id for r in roots if not r.span.parent_span_id
+    }
     root = roots[0] if roots else ordered[0][0]
     # an ERROR status without an error is no failure (a stream the application abandoned); a
     # conversation of several traces failed when a turn did, with the latest failed turn's
@@ -600,6 +605,11 @@ def _build(
     }
     if service is not None:
         metadata["service"] = service
+    if rootless:  # (only then: the digests of whole traces stay as they were)
+        metadata[ROOTLESS] = sorted(rootless)
+        provisional = {r.span.trace_id for r in crashed}
+        if provisional <= rootless:  # failed only by spans that stand in for a missing root
+            metadata[PROVISIONAL] = sorted(provisional)
     metadata.update(extra)
     outcome = Outcome(failed=failed, error=crashed[-1].error) if failed else None
     if root.role != Role.STEP and root.has_inputs:
@@ -810,7 +820,7 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
         steps=new.steps,
         task=end.session.task,
         seed=new.seed,
-        outcome=new.outcome or end.session.outcome,
+        outcome=merged_outcome(end.session.outcome, old_meta, new.outcome, new.metadata),
         metadata=metadata,
     )
     return Continuation.after(end, session, links)
@@ -955,14 +965,41 @@ def merge(
         steps=_placed(drafts, sealed),
         task=task,
         seed=new.seed,
-        outcome=new.outcome or old.outcome,
+        outcome=merged_outcome(old.outcome, old.metadata, new.outcome, new.metadata),
         metadata=metadata,
     )
 
 
+ROOTLESS = "rootless_traces"
+"""Metadata key: the traces of a session whose root span was not among its spans yet."""
+PROVISIONAL = "outcome_from_rootless"
+"""Metadata key: the failed outcome came only from spans standing in for these traces' missing
+roots (a child's error the agent may have handled): the root, when it comes, decides."""
+
+
+def _rooted(metadata: Mapping[str, Any]) -> set[str]:
+    return set(metadata.get("trace_ids") or ()) - set(metadata.get(ROOTLESS) or ())
+
+
+def merged_outcome(
+    old: Outcome | None, old_meta: Mapping[str, Any], new: Outcome | None, new_meta: Mapping
+) -> Outcome | None:
+    """The outcome of two captures of one session: ``new``'s, else ``old``'s; a failure that
+    only stood in for a missing root counts no more once the other capture has that root."""
+
+    def standing(outcome: Outcome | None, meta: Mapping, other: Mapping) -> Outcome | None:
+        provisional = meta.get(PROVISIONAL)
+        if outcome is not None and provisional and set(provisional) <= _rooted(other):
+            return None
+        return outcome
+
+    return standing(new, new_meta, old_meta) or standing(old, old_meta, new_meta)
+
+
 def _carried(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """``new``'s metadata for the session both describe, keeping what ``old``'s holds of its
-    own traces: the Langfuse scores of every trace (each score names its trace)."""
+    own traces: the Langfuse scores of every trace (each score names its trace), the files
+    each was imported from, and its root span's name while ``new`` has none of its own."""
     metadata = dict(new)
     before, now = old.get("langfuse"), new.get("langfuse")
     if isinstance(before, Mapping) and isinstance(now, Mapping):
@@ -970,6 +1007,19 @@ def _carried(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         scores += [s for s in now.get("scores") or () if s not in scores]
         if scores:
             metadata["langfuse"] = {**now, "scores": scores}
+    before, now = old.get("import"), new.get("import")
+    if isinstance(before, Mapping) and isinstance(now, Mapping):
+        files = sorted({*(before.get("files") or ()), *(now.get("files") or ())})
+        metadata["import"] = {**now, "files": files}
+    rooted = _rooted(old) | _rooted(new)
+    rootless = (set(old.get(ROOTLESS) or ()) | set(new.get(ROOTLESS) or ())) - rooted
+    for key, kept in ((ROOTLESS, rootless), (PROVISIONAL, set(new.get(PROVISIONAL) or ()))):
+        if kept - rooted:  # (in its place in ``new``'s keys: their order is in the digest)
+            metadata[key] = sorted(kept - rooted)
+        else:
+            metadata.pop(key, None)
+    if not _rooted(new) and _rooted(old) and "root_span" in old:
+        metadata["root_span"] = old["root_span"]
     return metadata
 
 

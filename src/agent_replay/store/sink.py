@@ -38,7 +38,13 @@ from ..errors import (
     SessionNotFoundError,
     StoreError,
 )
-from ..mapping.assemble import assemble, continue_session, is_placeholder_task, merge
+from ..mapping.assemble import (
+    assemble,
+    continue_session,
+    is_placeholder_task,
+    merge,
+    merged_outcome,
+)
 from ..mapping.spans import (
     LogEvent,
     NormalizedSpan,
@@ -577,7 +583,10 @@ def adopt(
             # unless the conversation's spans here only name their root (its agent span came
             # in a later file than the prompts)
             task = merged.task if is_placeholder_task(trajectory) else trajectory.task
-            trajectory = replace(merged, task=task, outcome=trajectory.outcome or fragment.outcome)
+            outcome = merged_outcome(
+                fragment.outcome, fragment.metadata, trajectory.outcome, trajectory.metadata
+            )
+            trajectory = replace(merged, task=task, outcome=outcome)
             gone[trace_id] = fragment.digest
         out.append(trajectory)
     return out, gone
