@@ -131,3 +131,18 @@ def test_mcnemar_and_step_up_procedures():
     assert mcnemar_p(5, 0) == pytest.approx(1 / 32)
     assert fdr_reject([0.001, 0.2, 0.03, 0.5]) == [True, False, False, False]
     assert e_bh([1000, 1, 50, 2], 0.05) == [True, False, True, False]
+
+
+def test_exact_mcnemar_p_values_keep_their_digits_in_the_far_tail():
+    """QA: ``1 - cdf`` lost every digit below 1e-16: 200 discordant pairs all one way gave
+    1.75e-14 (exactly 0.5**200 = 6.2e-61) and reports showed ``"p_value": 0.0``."""
+    from fractions import Fraction
+    from math import comb
+
+    assert mcnemar_p(200, 0) == pytest.approx(0.5**200, rel=1e-12)
+    rng = random.Random(7)
+    for _ in range(500):
+        d = rng.randint(1, 400)
+        k = rng.randint(0, d)
+        exact = Fraction(sum(comb(d, i) for i in range(max(k, 0), d + 1)), 2**d)
+        assert mcnemar_p(k, d - k) == pytest.approx(float(exact), rel=1e-11)

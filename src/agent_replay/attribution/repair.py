@@ -24,7 +24,7 @@ from ..errors import CanonicalEncodingError
 from ..replay.plan import ReplayPlan
 from ..rollouts.engine import RolloutEngine
 from .result import Repair
-from .stats import binomial_cdf, bonferroni, clopper_pearson
+from .stats import binomial_sf, bonferroni, clopper_pearson
 
 __all__ = ["MAX_CANDIDATES", "export_contrastive_pairs", "find_minimal_repair", "minimality"]
 
@@ -107,7 +107,7 @@ def find_minimal_repair(
         better = sum(b and not r.failed for b, r in zip(recorded_failed, results, strict=True))
         worse = sum(r.failed and not b for b, r in zip(recorded_failed, results, strict=True))
         # one-sided sign test on the pairs that differ
-        improves = 1.0 - binomial_cdf(better - 1, better + worse, 0.5) <= 1.0 - level
+        improves = binomial_sf(better, better + worse, 0.5) <= 1.0 - level
         tried.append(
             Repair(
                 step=step,
