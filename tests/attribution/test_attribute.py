@@ -482,6 +482,27 @@ def test_a_budget_that_runs_out_before_a_step_separates_says_so(demo_run):
     assert not any("ran out" in w for w in enough.warnings)
 
 
+def test_the_stop_reason_agrees_with_the_verdict(demo_run):
+    """QA: a budget that ran out once the rollouts it paid for separated the culprit said
+    ``separated`` beside ``stop_reason='budget'``; a complete profile (``culprit_rule='poc'``)
+    said ``separated`` beside a ``likely`` verdict on one agent and ``complete`` on another."""
+    full = attribute(demo_run, support_agent, refund_approved, seed=0)
+    assert full.stop_reason == "separated"
+    spent = full.cost["live_steps"]
+    results = [
+        attribute(demo_run, support_agent, refund_approved, seed=0, budget=b)
+        for b in range(max(20, spent - 160), spent, 8)
+    ]
+    assert any(r.verdict == "separated" for r in results)  # some budgets separate it
+    for r in results:
+        assert (r.verdict == "separated") == (r.stop_reason == "separated"), r.stop_reason
+        assert r.stop_reason in ("separated", "budget")
+    for options in ({"adaptive": False}, {"culprit_rule": "poc"}):
+        assert attribute(demo_run, support_agent, refund_approved, **options).stop_reason == (
+            "complete"
+        )
+
+
 def long_run_agent(ctx, n=40, culprit=25):
     out = None
     for i in range(n):

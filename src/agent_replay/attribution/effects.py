@@ -588,7 +588,8 @@ def search_effects(
         )
         hidden = _hiding(segments, separation, candidate)
         if low > 0 and not blockers and not hidden:
-            stop_reason = "separated"
+            if adaptive:  # (a complete profile is measured whole whatever it shows: complete)
+                stop_reason = "separated"
             break
         if low > 0 and not blockers and adaptive:
             # separated only by parts of several steps that show protective pairs: a
@@ -678,6 +679,10 @@ def search_effects(
             profile, segments, candidate, confidence, looks, observation_only
         )
         separated = low > 0 and not blockers and not _hiding(segments, separation, candidate)
+        if separated and adaptive and stop_reason == "budget":
+            # the rollouts the budget paid for before it ran out separate it: the search
+            # would have stopped there
+            stop_reason = "separated"
     if fdr_method == "e-bh":
         rejected = e_bh([s.e_value for s in segments], alpha)
     else:
