@@ -503,6 +503,44 @@ def test_the_stop_reason_agrees_with_the_verdict(demo_run):
         )
 
 
+def routed_agent(record_bad, mock):
+    def agent(ctx):
+        route = ctx.llm(
+            "route", produce=lambda: "A" if record_bad[0] or ctx.rng.random() < 0.5 else "B"
+        )
+        out = ctx.tool(f"{route.lower()}_fetch", produce=lambda: "bad" if route == "A" else "ok")
+        extra = {"mock": lambda: "mock sent"} if mock else {}
+        ctx.tool("send", produce=lambda: "sent", side_effects=True, msg=out, **extra)
+        return out
+
+    return agent
+
+
+def test_rollouts_that_reach_a_side_effect_off_the_recording_are_said_or_run_its_mock():
+    """QA: a router picks lane A (recorded, fails) or B (passes) half the time, and a
+    side-effecting tool follows either lane. Every re-draw taking lane B left the recording,
+    reached the tool live, stopped there and counted as a failure: the router came out with
+    no effect, a tight interval around 0 and no word of why."""
+    flag = [True]
+    plain = routed_agent(flag, mock=False)
+    traj = record(plain, verifier=is_ok)
+    flag[0] = False
+    blind = attribute(traj, plain, is_ok, seed=1)
+    assert blind.cost["side_effects"]["blocked"]["send"] > 0
+    (said,) = [w for w in blind.warnings if "reached a side-effecting tool live" in w]
+    assert "'send'" in said and "mock=" in said
+
+    flag[0] = True
+    mocked = routed_agent(flag, mock=True)
+    traj = record(mocked, verifier=is_ok)
+    flag[0] = False
+    seen = attribute(traj, mocked, is_ok, seed=1)
+    assert seen.culprit_index == 0 and seen.steps[0].interval.low > 0.2  # truth: 0.5
+    assert seen.cost["side_effects"]["blocked"] == {}
+    assert seen.cost["side_effects"]["mocked"]["send"] > 0
+    assert any("ran their declared mock instead" in w for w in seen.warnings)
+
+
 def long_run_agent(ctx, n=40, culprit=25):
     out = None
     for i in range(n):

@@ -126,6 +126,30 @@ def test_side_effects_are_never_run_live_in_a_replay():
     assert "remember:x" not in CALLS
 
 
+def test_a_decorated_side_effect_off_the_recording_runs_its_mock_with_the_same_arguments():
+    notes = []
+
+    @instrument.tool(side_effects=True, mock=lambda channel, text: f"mock:{channel}:{text}")
+    def notify(channel, text):
+        notes.append(text)
+        return f"sent:{channel}"
+
+    def first(topic):
+        return notify("ops", topic)
+
+    traj = record_agent(first, {"topic": "cats"})
+    notes.clear()
+
+    def other(topic):
+        weather("Rome")  # not what was recorded at position 0: the run left the recording
+        return notify("ops", topic)
+
+    result = replay_agent(other, traj)
+    assert result.exception is None and result.result == "mock:ops:cats"
+    assert result.mocked_tools == ("notify",) or result.mocked_tools[0].endswith("notify")
+    assert notes == []
+
+
 def test_arguments_that_cannot_be_stored_fail_naming_the_step_before_the_call():
     class Handle:
         pass

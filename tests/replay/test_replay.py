@@ -213,6 +213,39 @@ def test_side_effects_never_run_live():
     assert traj.steps[-1].resamplable is False
 
 
+def test_a_side_effect_reached_off_the_recording_runs_its_declared_mock_instead():
+    """QA: a rollout that left the recording and reached a side-effecting tool could only
+    stop there (a failure): a router whose re-draw rescues the run half the time came out
+    with no effect. ``mock=`` is what a replay runs in the tool's place."""
+    sent = []
+
+    def agent(ctx):
+        text = ctx.llm("write", produce=lambda: ctx.rng.choice(["a", "b", "c"]))
+        if text == "c":
+            ctx.tool("audit", produce=lambda: "audited")
+        return ctx.tool(
+            "send_email",
+            produce=lambda: sent.append(text) or "sent",
+            mock=lambda inputs: f"mock sent {inputs['body']}",
+            body=text,
+            side_effects=True,
+        )
+
+    traj = next(t for s in range(20) if (t := record(agent, seed=s)).steps[0].output != "c")
+    sent.clear()
+    mocked = 0
+    for seed in range(30):
+        result = replay(agent, traj, ReplayPlan.ablate_from(0), seed=seed)
+        assert not result.blocked_side_effects and result.exception is None
+        if result.diverged:
+            mocked += 1
+            assert result.mocked_tools == ("send_email",) and result.result == "mock sent c"
+            assert result.drafts[-1].action == "mock sent c"
+        else:
+            assert result.mocked_tools == () and result.result == "sent"  # held
+    assert mocked and sent == []
+
+
 def test_a_side_effect_declared_resamplable_is_still_never_run_live():
     """`resamplable=True` does not lift the guard: neither the action nor the observation of
     a `side_effects=True` tool runs during a replay, under any plan that re-draws it."""

@@ -14,7 +14,7 @@ from ..replay.agent import following_counts, unfollowed_warnings
 from ..replay.limits import RolloutLimits
 from ..replay.plan import ReplayPlan
 from ..report._data import REPAIR_SEARCH
-from ..rollouts.engine import Executor, RolloutCache, RolloutEngine
+from ..rollouts.engine import Cost, Executor, RolloutCache, RolloutEngine
 from .budget import fit_repair, fit_shapley, search_budget, worth_reserving
 from .effects import PrefixProfile, SearchResult, search_effects, significant
 from .result import (
@@ -445,6 +445,7 @@ def attribute(
             + "; raise the limits if such rollouts are legitimate (RolloutLimits, "
             "--max-rollout-steps, --rollout-timeout)"
         )
+    warnings += side_effect_warnings(engine.cost)
     cost = engine.cost.to_dict()
     cost["limits"] = {"steps": in_force.steps, "seconds": in_force.seconds}
     cost["seconds"] = round(time.perf_counter() - started, 6)
@@ -490,6 +491,30 @@ def attribute(
         culprit_span_id=culprit_step.span_id if culprit_step is not None else None,
         rollout_records=tuple(engine.records) if keep_rollouts else (),
     )
+
+
+def side_effect_warnings(cost: Cost) -> list[str]:
+    """What the rollouts did at side-effecting tools they could not hold (a rollout that left
+    the recording reached one live): stopped there, counted as failures, which hides the
+    rescue a re-draw upstream brings; or ran the tool's declared ``mock`` instead."""
+    said = []
+    if cost.blocked:
+        tools = ", ".join(f"{name!r} ({n})" for name, n in sorted(cost.blocked.items()))
+        said.append(
+            f"{sum(cost.blocked.values())} of {cost.rollouts} rollouts left the recording and "
+            f"reached a side-effecting tool live: {tools}. It was not run, and they count as "
+            "failures, so the effects of the steps before it lean toward 0 (a re-draw there "
+            "that changes the path is never seen to rescue the run); declare what a replay "
+            "runs in its place, mock=..., to let such rollouts finish"
+        )
+    if cost.mocked:
+        tools = ", ".join(f"{name!r} ({n})" for name, n in sorted(cost.mocked.items()))
+        said.append(
+            f"side-effecting tools reached live after leaving the recording ran their declared "
+            f"mock instead, in {sum(cost.mocked.values())} of {cost.rollouts} rollouts: {tools}; "
+            "those outcomes are as good as the mocks"
+        )
+    return said
 
 
 def _budget_ran_out(

@@ -14,8 +14,8 @@ collects the resulting step. The recorder is one driver, the replayer another. S
 
 ``produce`` takes no argument, or one required positional argument: the step's inputs as the
 driver presents them (edited when a replay plan edits the context). Keyword names
-``produce``, ``observe``, ``side_effects``, ``resamplable``, ``default``, ``agent`` and
-``operation`` are reserved; every other keyword is an input of the step.
+``produce``, ``observe``, ``side_effects``, ``resamplable``, ``default``, ``agent``,
+``operation`` and ``mock`` are reserved; every other keyword is an input of the step.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class StepCall:
     agent: str | None = None
     operation: str | None = None
     attributes: dict[str, Any] | None = None  # extra facts a policy reports (token usage)
+    mock: Callable[..., Any] | None = None  # run in place of a side effect a replay cannot hold
 
 
 @dataclass(slots=True)
@@ -227,6 +228,7 @@ def _step_method(kind: StepKind, doc: str) -> Callable[..., Any]:
         default: Any = None,
         agent: str | None = None,
         operation: str | None = None,
+        mock: Callable[..., Any] | None = None,
         **inputs: Any,
     ) -> Any:
         call = StepCall(
@@ -240,6 +242,8 @@ def _step_method(kind: StepKind, doc: str) -> Callable[..., Any]:
             default,
             agent if agent is not None else self._acting_agent(),
             operation,
+            None,
+            mock,
         )
         return self._run(call)
 
@@ -351,6 +355,7 @@ class AgentContext:
             default: Any = None,
             agent: str | None = None,
             operation: str | None = None,
+            mock: Callable[..., Any] | None = None,
             **inputs: Any,
         ) -> Any:
             """A step: ``produce`` returns its action, ``observe(action)`` its observation."""
@@ -366,7 +371,9 @@ class AgentContext:
             """A tool call. ``produce`` is the action; ``observe(action)``, if given, executes it.
 
             ``side_effects=True`` marks a tool that must never run again during replays (it is
-            held or served a mock observation).
+            held or served a mock observation). ``mock``, called like ``produce``, is what a
+            replay runs in its place when it cannot hold it (the rollout left the recording):
+            without one that rollout stops there, a failure.
             """,
         )
         memory = _step_method(
@@ -555,6 +562,7 @@ class AsyncAgentContext(AgentContext):
             default: Any = None,
             agent: str | None = None,
             operation: str | None = None,
+            mock: Callable[..., Any] | None = None,
             **inputs: Any,
         ) -> Coroutine[Any, Any, Any]:
             """A step, awaited: ``produce`` returns its action (or an awaitable of it)."""

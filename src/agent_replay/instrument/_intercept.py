@@ -66,6 +66,7 @@ class StepSpec:
     name: str
     side_effects: bool = False
     resamplable: bool | None = None
+    mock: Callable[..., Any] | None = None
     exclude: frozenset[str] = frozenset()
     drop_first: bool = False
     model_arg: str | None = None
@@ -294,7 +295,7 @@ class Interceptor:
     def _step_call(self, ctx: AgentContext, prepared: _Prepared, produce: Any) -> StepCall:
         spec = self.spec
         resamplable = (not spec.side_effects) if spec.resamplable is None else spec.resamplable
-        return StepCall(
+        call = StepCall(
             spec.kind,
             prepared.name,
             prepared.inputs,
@@ -305,6 +306,12 @@ class Interceptor:
             None,
             ctx._acting_agent(),
         )
+        if spec.mock is not None:  # called as the function is; its result recorded as one
+            mock = spec.mock
+            call.mock = lambda: self._record(
+                ctx, prepared, call, mock(*prepared.args, **prepared.kwargs)
+            )
+        return call
 
     def _call_arguments(
         self, prepared: _Prepared, inputs: Any, step: StepCall

@@ -29,10 +29,11 @@ def _decorate(
     resamplable: bool | None,
     exclude: tuple[str, ...],
     model_arg: str | None,
+    mock: Callable[..., Any] | None = None,
 ) -> Any:
     if isinstance(fn, (staticmethod, classmethod)):
         return type(fn)(
-            _decorate(fn.__func__, kind, name, side_effects, resamplable, exclude, model_arg)
+            _decorate(fn.__func__, kind, name, side_effects, resamplable, exclude, model_arg, mock)
         )
     if not callable(fn):
         raise TypeError(f"@instrument.{kind.value} needs a function, not {type(fn).__name__}")
@@ -50,6 +51,7 @@ def _decorate(
         exclude=frozenset(exclude),
         drop_first=bool(params) and params[0] in ("self", "cls"),
         model_arg=model_arg,
+        mock=mock,
     )
     return Interceptor(fn, spec).wrapper()
 
@@ -69,6 +71,7 @@ class StepDecorator(Protocol):
         resamplable: bool | None = None,
         exclude: tuple[str, ...] = (),
         model_arg: str | None = None,
+        mock: Callable[..., Any] | None = None,
     ) -> Callable[[F], F]: ...
 
 
@@ -82,9 +85,12 @@ def _factory(kind: StepKind) -> StepDecorator:
         resamplable: bool | None = None,
         exclude: tuple[str, ...] = (),
         model_arg: str | None = None,
+        mock: Callable[..., Any] | None = None,
     ) -> Any:
         def apply(f: Any) -> Any:
-            return _decorate(f, kind, name, side_effects, resamplable, tuple(exclude), model_arg)
+            return _decorate(
+                f, kind, name, side_effects, resamplable, tuple(exclude), model_arg, mock
+            )
 
         return apply if fn is None else apply(fn)
 
@@ -92,7 +98,9 @@ def _factory(kind: StepKind) -> StepDecorator:
     decorator.__doc__ = (
         f"Make calls of the decorated function {kind.value} steps of the ambient run.\n\n"
         "Use bare (``@instrument.{k}``) or with options: ``name=`` (default: the function's "
-        "qualname), ``side_effects=True`` (never run live during a replay), ``resamplable=``, "
+        "qualname), ``side_effects=True`` (never run live during a replay; ``mock=``, called "
+        "with the same arguments, is what a replay that cannot hold it runs instead), "
+        "``resamplable=``, "
         "``exclude=`` (argument names not stored), ``model_arg=`` (the argument a swap-model "
         "plan replaces). Arguments or a result that cannot be stored as data raise "
         "CanonicalEncodingError naming the step, at record time."

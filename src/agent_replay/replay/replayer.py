@@ -106,6 +106,8 @@ class ReplayResult:
     plan wanted re-drawn but that have no policy (observation-only) or have side effects, so
     were held. ``tokens`` sums the token usage of live steps (``tokens_estimated`` when some
     of it is taken from the recording because the policy did not report usage).
+    ``blocked_tools`` names the side-effecting tools this rollout reached live and refused
+    (it stopped there); ``mocked_tools`` those whose declared ``mock`` ran in their place.
     """
 
     result: Any
@@ -128,6 +130,8 @@ class ReplayResult:
     path_end: int | None = None
     same_at: int | None = None
     stopped: str | None = None
+    blocked_tools: tuple[str, ...] = ()
+    mocked_tools: tuple[str, ...] = ()
     positions: tuple[int, ...] = field(repr=False, default=())
     segments: tuple[int, ...] | None = field(repr=False, default=None)
     _material: tuple = field(repr=False, default=(), compare=False)
@@ -215,6 +219,8 @@ class Replayer:
     same_at: int | None = None
     limits: RolloutLimits | None = None
     deadline: float | None = None  # time.monotonic() past which the rollout is stopped
+    blocked_tools: tuple[str, ...] = ()  # side-effecting tools refused, by name
+    mocked: tuple[str, ...] = ()  # side-effecting tools whose mock ran instead, by name
     stopped: RolloutLimitExceeded | None = None
     _effects: dict[tuple[int, str], deque] | None = None  # recorded now()/uuid(), on first use
     _uuid_count = 0
@@ -469,8 +475,13 @@ class Replayer:
             state=("live", None),
         )
         if call.side_effects and not (self.plan.resume and position >= len(self.recorded)):
-            decision.run_produce = decision.run_observe = False
-            decision.exception = self._blocked(call, position, "the run left the recording")
+            decision.run_observe = False
+            if call.mock is not None:  # its stand-in runs instead (the step records its value)
+                call.produce = call.mock
+                self.mocked += (call.name,)
+            else:
+                decision.run_produce = False
+                decision.exception = self._blocked(call, position, "the run left the recording")
         return decision
 
     def _within_limits(self, position: int) -> None:
@@ -491,10 +502,11 @@ class Replayer:
 
     def _blocked(self, call: StepCall, position: int, why: str) -> SideEffectBlockedError:
         self.blocked.append(position)
+        self.blocked_tools += (call.name,)
         return SideEffectBlockedError(
             f"tool {call.name!r} (step {position}) has side effects and {why}; agent-replay "
-            "never executes it live during a replay. Hold it, or give it a mock observation "
-            "(observe=...)"
+            "never executes it live during a replay. Hold it, give it a mock observation "
+            "(plan observe=...), or declare what a replay runs in its place (mock=...)"
         )
 
     def _diverge(self, call: StepCall, position: int, reason: str) -> None:
@@ -1015,6 +1027,8 @@ def _result(
         path_end=_path_end(driver),
         same_at=driver.same_at,
         stopped=None if driver.stopped is None else driver.stopped.reason,
+        blocked_tools=driver.blocked_tools,
+        mocked_tools=driver.mocked,
         positions=positions,
         segments=segments,
         _material=tuple(map(driver.steps.__getitem__, positions)),

@@ -221,6 +221,8 @@ class Cost:
     exceptions: Counter = field(default_factory=Counter)
     diverged: int = 0
     stopped: int = 0
+    blocked: Counter = field(default_factory=Counter)  # tool → rollouts that stopped at it
+    mocked: Counter = field(default_factory=Counter)  # tool → rollouts that ran its mock
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -234,6 +236,7 @@ class Cost:
             "exceptions": dict(self.exceptions),
             "diverged": self.diverged,
             "stopped": self.stopped,
+            "side_effects": {"blocked": dict(self.blocked), "mocked": dict(self.mocked)},
         }
 
 
@@ -375,6 +378,8 @@ class RolloutEngine:
                 cost.diverged += 1
             if result.stopped is not None:
                 cost.stopped += 1
+            cost.blocked.update(set(result.blocked_tools))
+            cost.mocked.update(set(result.mocked_tools))
             if self.keep_records:
                 self.records.append(result.to_record())
 
