@@ -11,7 +11,8 @@ and so are the zstd frames that the Collector's file exporter writes with ``comp
 
 Spans and log records of every OTLP source in one call are assembled *together* (a trace can
 be split across files, and event-only content capture puts the messages in a separate logs
-file), so pass a span file and its logs file in the same call. Every trajectory carries the
+file), so pass a span file and its logs file in the same call; so are the LangSmith runs of
+every source (a run's post and its patch can be in two files). Every trajectory carries the
 capture report in ``metadata["capture"]``.
 
 Errors: :func:`load` raises :class:`~agent_replay.errors.ImportFormatError` (naming the source
@@ -29,6 +30,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -46,7 +48,7 @@ from . import compression
 from ._common import Parsed, Reject
 from .atif import is_atif, read_atif
 from .langfuse import is_langfuse, read_langfuse
-from .langsmith import is_langsmith, read_langsmith
+from .langsmith import LangSmithRuns, is_langsmith
 from .otlp import (
     Decoded,
     decode_messages,
@@ -96,6 +98,7 @@ class SourceReport:
     trajectories: int = 0
     spans: int = 0
     logs: int = 0
+    runs: int = 0  # LangSmith runs and patches (assembled once every source is read)
     rejected: list[str] = field(default_factory=list)
     error: ImportFormatError | None = None
 
@@ -219,8 +222,15 @@ def _detect(data: Any, name: str) -> tuple[str, list[tuple[str, Any]] | None]:
         raise ImportFormatError("empty input", source=name)
     if head[:1] not in (b"{", b"["):
         if _is_text(head):
+            try:  # a JSON scalar (`null`, `"text"`, `3`): JSON, but no trace document
+                value = json.loads(data)
+            except (ValueError, RecursionError):
+                raise ImportFormatError(
+                    "text that is neither JSON nor OTLP protobuf (not a trace file?)", source=name
+                ) from None
             raise ImportFormatError(
-                "text that is neither JSON nor OTLP protobuf (not a trace file?)", source=name
+                f"JSON holding only {json.dumps(value)[:40]}: no OTLP or other trace data",
+                source=name,
             )
         return "otlp-proto", None
     if any(key in head for key in _OTLP_KEYS):
@@ -305,9 +315,16 @@ def _parse(fmt: str, data: Any, docs: list | None, name: str) -> Parsed:
         except Reject as exc:
             raise exc.located(name) from None
         return parsed
+    if fmt == "langsmith":  # assembled with the other sources' runs (:func:`_langsmith`)
+        parsed.runs = LangSmithRuns()
+        for position, doc in docs:
+            try:
+                parsed.runs.add(doc, name)
+            except Reject as exc:
+                raise exc.located(name, position) from None
+        return parsed
     readers: dict[str, Callable[[Any], list[Trajectory]]] = {
         "langfuse": read_langfuse,
-        "langsmith": read_langsmith,
         "atif": read_atif,
         "whowhen": lambda doc: read_whowhen(doc, name),
     }
@@ -634,6 +651,7 @@ def _read_each(
                 report.spans += len(parsed.spans)
                 report.logs += len(parsed.logs)
                 report.trajectories += len(parsed.trajectories)
+                report.runs += len(parsed.runs or ())
                 report.rejected.extend(parsed.rejected)
                 yield report, parsed
         except ImportFormatError as exc:
@@ -662,15 +680,19 @@ def load_many(
     spans = []
     logs = []
     traces = _Traces()
+    runs = LangSmithRuns()
     for report, parsed in _read_each(sources, format, result, on_source):
         result.trajectories.extend(parsed.trajectories)
         if parsed.store is not None:
             result.trajectories.extend(_sessions(parsed, report))
+        if parsed.runs:
+            runs.update(parsed.runs)
         spans.extend(parsed.spans)
         logs.extend(parsed.logs)
         for span in parsed.spans:
             traces.note(span.trace_id, span.start_ns, report.source)
             result.spans.add((span.trace_id, span.span_id))
+    result.trajectories.extend(_langsmith(runs, result))
     spans, conflicting = first_copies(spans)
     _warn_conflicting(result, conflicting)
     if logs:
@@ -758,6 +780,7 @@ def import_into(
     result = ImportResult()
     sink = DurableSpanSink(store, source="import:otlp", log_conflicts=False)
     staged = _Traces()
+    runs = LangSmithRuns()
     for report, parsed in _read_each(sources, format, result, on_source):
         if parsed.store is not None:
             _import_store(store, parsed, report, result)
@@ -770,11 +793,17 @@ def import_into(
                 staged.note(log.trace_id, log.time_ns, None)
         if parsed.trajectories:
             _save_trajectories(store, parsed.trajectories, result)
+        if parsed.runs:
+            runs.update(parsed.runs)
+    if runs:
+        _save_trajectories(store, _langsmith(runs, result), result)
     for report in result.sources:  # a file read without error that held nothing is said so
         if (
             report.ok
             and report.format != "store"
-            and not (report.spans or report.logs or report.trajectories or report.rejected)
+            and not (
+                report.spans or report.logs or report.trajectories or report.runs or report.rejected
+            )
         ):
             result.warnings.append(
                 f"{report.source}: nothing to import in it (no spans, log records or runs; "
@@ -785,6 +814,25 @@ def import_into(
         _assemble_staged(sink, staged, result, on_assembled)
     result.sessions = _as_stored(store, result.sessions)
     return result
+
+
+def _langsmith(runs: LangSmithRuns, result: ImportResult) -> list[Trajectory]:
+    """The trajectories of the LangSmith runs of every source of the import, assembled
+    together (a trace's runs, and a run's post and patch, can be in different files); patches
+    whose run no source posts are reported. A failure fails the LangSmith sources."""
+    result.warnings.extend(runs.warnings())
+    try:
+        return runs.trajectories()
+    except Exception as exc:  # a reader bug on odd input fails its sources, not the import
+        _log.debug("internal error assembling LangSmith runs", exc_info=True)
+        for report in result.sources:
+            if report.ok and report.runs:
+                report.error = ImportFormatError(
+                    f"internal error while assembling its runs ({type(exc).__name__}: {exc}); "
+                    "please report it",
+                    source=report.source,
+                )
+        return []
 
 
 def _warn_conflicting(result: ImportResult, conflicting: int) -> None:

@@ -38,7 +38,10 @@ class Parsed:
     """What one source held. OTLP sources give spans and log records (assembled together with
     those of the other files of the same import, because a trace can span files); the other
     formats give finished trajectories, an agent-replay store its sessions (read one at a time
-    from ``store``). ``rejected`` lists records that were skipped."""
+    from ``store``), LangSmith files their runs (``runs``, a :class:`.langsmith.LangSmithRuns`,
+    assembled with those of the other files of the same import, because the runs of a trace
+    and the patches that complete them can be in several files). ``rejected`` lists records
+    that were skipped."""
 
     format: str
     source: str
@@ -47,6 +50,7 @@ class Parsed:
     trajectories: list[Trajectory] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     store: Any = None  # another agent-replay store, open read-only: its sessions, one by one
+    runs: Any = None  # LangSmith runs (langsmith.LangSmithRuns), not yet assembled
 
 
 def read_documents(

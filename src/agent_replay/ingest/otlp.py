@@ -28,6 +28,7 @@ function is safe to call from any thread.
 from __future__ import annotations
 
 import base64
+import codecs
 import io
 import json
 import math
@@ -572,16 +573,18 @@ def parse_json_bytes(
     or continued on the next line) is returned as ``(position, ImportFormatError)`` so the
     caller can keep the others, and reading goes on at the next line. Documents spread over
     several lines (pretty-printed) are read one after the other.
+
+    Bytes that are not UTF-8 make their line such an error in JSON Lines (so a file read in
+    blocks reads as read whole); any other file that is not UTF-8 raises.
     """
+    # the first byte that is not UTF-8, when there is one: `text` then keeps such bytes (as
+    # lone surrogates) for the lines around them to be read
+    undecodable: UnicodeDecodeError | None = None
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise ImportFormatError(
-                "not UTF-8 text (is it a protobuf file? use --format otlp-proto)",
-                source=source,
-                position=f"byte {exc.start}",
-            ) from None
+            text, undecodable = _text_with_undecoded_bytes(data, exc, source, json_lines), exc
     else:
         text = data
     docs: list[tuple[str, Any]] = []
@@ -605,7 +608,9 @@ def parse_json_bytes(
             if not docs and not lines and (not on_its_line or not text[eol:].strip()):
                 # the first document is broken and is the whole file, or spans several
                 # lines (pretty-printed): the file is not JSON Lines, so it fails as a whole
-                raise error from None
+                raise (
+                    error if undecodable is None else _not_utf8(data, source, undecodable)
+                ) from None
             lines = lines or not docs
             if lines and not on_its_line:
                 error = _line_error(text, index, eol, line, source)
@@ -615,7 +620,9 @@ def parse_json_bytes(
                 "JSON nested too deeply", source=source, position=f"line {line}"
             )
             if not docs and not lines and (eol == -1 or not text[eol:].strip()):
-                raise error from None
+                raise (
+                    error if undecodable is None else _not_utf8(data, source, undecodable)
+                ) from None
             end = eol
         else:
             if not docs and not lines:
@@ -634,15 +641,104 @@ def parse_json_bytes(
                         position=f"line {line}",
                     )
                     end = eol
+        if undecodable is not None and lines:
+            found = _UNDECODED.search(text, index, size if eol == -1 else eol)
+            if found:  # the line holds bytes that are not UTF-8: it is skipped as a whole
+                error = _line_not_utf8(text, index, found.start(), line, source)
+                end = eol
         docs.append((f"line {line}", document if error is None else error))
         if end == -1:
             break
         next_index = _SPACE.match(text, end).end()  # type: ignore[union-attr]
         line += text.count("\n", index, next_index)
         index = next_index
+    if undecodable is not None and not lines:  # one document (or several pretty-printed)
+        raise _not_utf8(data, source, undecodable)
     if len(docs) == 1 and not isinstance(docs[0][1], ImportFormatError) and not json_lines:
         return [("", docs[0][1])]
     return docs
+
+
+#: a byte that is not UTF-8, as ``decode("utf-8", "surrogateescape")`` keeps it (valid UTF-8
+#: never decodes to a lone surrogate)
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def _text_with_undecoded_bytes(
+    data: bytes, exc: UnicodeDecodeError, source: str, json_lines: bool
+) -> str:
+    """``data``, which is not UTF-8, as text keeping its undecodable bytes (as lone
+    surrogates), for JSON (Lines) to be read around them; raises when the data is not JSON
+    text at all (protobuf, UTF-16, Latin-1 prose)."""
+    bom = _unicode_bom(data)
+    if bom is not None:
+        raise ImportFormatError(bom, source=source)
+    text = data.decode("utf-8-sig", "surrogateescape")
+    start = _SPACE.match(text).end()  # type: ignore[union-attr]
+    if not json_lines and text[start : start + 1] not in ("{", "["):
+        raise _not_utf8(data, source, exc)
+    return text
+
+
+def _unicode_bom(data: bytes) -> str | None:
+    """Why ``data`` is not UTF-8 when it starts with a UTF-16 or UTF-32 byte-order mark;
+    None otherwise."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            powershell = bom == codecs.BOM_UTF16_LE  # what Windows PowerShell's `>` writes
+            return (
+                f"{encoding} text, not UTF-8 (it starts with the byte-order mark "
+                f"{bom.hex(' ').upper()}): save it as UTF-8"
+                + (" (in PowerShell: `| Out-File -Encoding utf8`, not `>`)" if powershell else "")
+            )
+    return None
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def _not_utf8(data: bytes, source: str, exc: UnicodeDecodeError) -> ImportFormatError:
+    """The error of a whole file that is not UTF-8 (and not JSON Lines), at its first byte
+    that is not (``exc``'s); a hint at ``--format otlp-proto`` when the data reads as OTLP
+    protobuf."""
+    offset = exc.start + (3 if data.startswith(codecs.BOM_UTF8) else 0)
+    hint = "; is it a protobuf file? use --format otlp-proto" if _protobuf_like(data) else ""
+    return ImportFormatError(
+        f"not UTF-8 text (byte 0x{data[offset]:02X}{hint})",
+        source=source,
+        position=f"byte {offset}",
+    )
+
+
+def _protobuf_like(data: bytes) -> bool:
+    """Whether ``data`` parses as an OTLP protobuf message (or a stream of them, whose first
+    one does)."""
+    if data[:1] == b"\x00":  # a length prefix
+        data = data[4 : 4 + int.from_bytes(data[:4], "big")]
+    for message in (ExportTraceServiceRequest, ExportLogsServiceRequest):
+        try:
+            message.FromString(data)
+        except DecodeError:
+            continue
+        return bool(data)
+    return False
+
+
+def _line_not_utf8(text: str, index: int, bad: int, line: int, source: str) -> ImportFormatError:
+    """Line ``line`` of JSON Lines (starting at ``text[index]``), whose byte at ``text[bad]``
+    is not UTF-8. Where it is is told within the line: a file read in blocks does not know
+    where the block starts in the file, and says the same as when it is read whole."""
+    offset = len(text[index:bad].encode("utf-8", "surrogateescape"))
+    return ImportFormatError(
+        f"not UTF-8 text (byte 0x{ord(text[bad]) - 0xDC00:02X} at byte {offset} of the line)",
+        source=source,
+        position=f"line {line}",
+    )
 
 
 def _line_error(text: str, index: int, eol: int, line: int, source: str) -> ImportFormatError:
@@ -980,7 +1076,8 @@ def read_otlp_proto(data: bytes, source: str) -> Decoded:
     out = decode_messages(messages, source, located=stream)
     error = out.unreadable(source)
     if error is not None:
-        raise error
+        bom = _unicode_bom(data)  # text, not protobuf: say so rather than how it misparses
+        raise error if bom is None else ImportFormatError(bom, source=source)
     return out
 
 
