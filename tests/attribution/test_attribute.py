@@ -527,6 +527,10 @@ def test_rollouts_that_reach_a_side_effect_off_the_recording_are_said_or_run_its
     flag[0] = False
     blind = attribute(traj, plain, is_ok, seed=1)
     assert blind.cost["side_effects"]["blocked"]["send"] > 0
+    assert (
+        blind.cost["side_effects"]["blocked_rollouts"]
+        == blind.cost["side_effects"]["blocked"]["send"]
+    )
     (said,) = [w for w in blind.warnings if "reached a side-effecting tool live" in w]
     assert "'send'" in said and "mock=" in said
 

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_replay import Session, instrument, record, replay
+from agent_replay import ReplayPlan, Session, instrument, record, replay
 from agent_replay.errors import CanonicalEncodingError, StoreError, VerifierError
 from agent_replay.instrument import record_agent, replay_agent
 
@@ -455,3 +455,41 @@ def test_a_task_key_the_agent_does_not_take_is_warned_about():
     with pytest.warns(UserWarning, match=r"\['question'\] are parameters of .*\['language'\]"):
         traj = record(agent, {"question": "why?", "language": "fr"})
     assert traj.outcome.result == "en: {'question': 'why?', 'language': 'fr'}"
+
+
+def test_a_steps_inputs_are_recorded_as_they_were_called():
+    """QA: inputs were copied when the step ended, so a produce appending its answer to the
+    message list it was passed (or an async body changing it while the step ran) recorded the
+    changed list, and a factual replay of the same agent diverged at that step."""
+
+    def agent(ctx):
+        history = [{"role": "user", "content": "hi"}]
+
+        def chat():
+            history.append({"role": "assistant", "content": "hello"})
+            return "hello"
+
+        return ctx.llm("chat", produce=chat, messages=history)
+
+    traj = record(agent)
+    assert traj.steps[0].inputs == {"messages": [{"role": "user", "content": "hi"}]}
+    assert not replay(agent, traj).diverged
+
+    async def aagent(ctx):
+        history = ["q"]
+
+        async def slow():
+            await asyncio.sleep(0.01)
+            return "answer"
+
+        task = asyncio.ensure_future(ctx.llm("a", produce=slow, history=history))
+        await asyncio.sleep(0)
+        history.append("note added while the call runs")
+        return await task
+
+    traj = record(aagent)
+    assert traj.steps[0].inputs == {"history": ["q"]}
+    assert not replay(aagent, traj).diverged
+    # a re-drawn step of a rollout keeps its inputs as called too
+    again = replay(agent, record(agent), ReplayPlan.ablate_from(0))
+    assert again.drafts[0].inputs == {"messages": [{"role": "user", "content": "hi"}]}

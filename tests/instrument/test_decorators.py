@@ -150,6 +150,37 @@ def test_a_decorated_side_effect_off_the_recording_runs_its_mock_with_the_same_a
     assert notes == []
 
 
+def test_an_async_decorated_side_effect_runs_its_async_mock_awaited():
+    """QA: an async mock of an async decorated tool was never awaited: the rollout failed
+    storing a coroutine."""
+
+    async def queue_instead(to):
+        return f"queued for {to}"
+
+    @instrument.tool(side_effects=True, mock=queue_instead)
+    async def send_email(to):
+        raise AssertionError("never run in a replay")
+
+    async def first(to):
+        return "recorded"
+
+    async def other(to):
+        await asyncio.sleep(0)
+        weather("Rome")  # not what was recorded: the run left the recording
+        return await send_email(to)
+
+    traj = record_agent(first, {"to": "a@b.c"})
+    result = replay_agent(other, traj)
+    assert result.exception is None and result.result == "queued for a@b.c"
+
+
+def test_a_decorated_mock_needs_side_effects_and_a_callable():
+    with pytest.raises(ValueError, match="without side_effects=True"):
+        instrument.tool(mock=lambda: "x")(lambda: "y")
+    with pytest.raises(TypeError, match="mock= must be callable"):
+        instrument.tool(side_effects=True, mock="x")(lambda: "y")
+
+
 def test_arguments_that_cannot_be_stored_fail_naming_the_step_before_the_call():
     class Handle:
         pass

@@ -244,6 +244,30 @@ def test_a_side_effect_reached_off_the_recording_runs_its_declared_mock_instead(
         else:
             assert result.mocked_tools == () and result.result == "sent"  # held
     assert mocked and sent == []
+    diverged = next(
+        r
+        for seed in range(30)
+        if (r := replay(agent, traj, ReplayPlan.ablate_from(0), seed=seed)).diverged
+    )
+    assert diverged.drafts[-1].attributes["replay"] == "side_effect_mock"
+    assert diverged.live_steps == len(diverged.drafts) - 1  # a mock is no call in real life
+    assert diverged.trajectory().metadata["mocked_side_effects"] == ["send_email"]
+
+
+def test_a_mock_is_only_for_side_effecting_tools_and_must_be_callable():
+    """QA: ``mock=`` without ``side_effects=True`` was ignored and the real tool ran in every
+    rollout; a mock that is not callable failed only inside rollouts."""
+
+    def agent(ctx, options):
+        return ctx.tool("send", produce=lambda: "sent", **options)
+
+    for options, kind, says in (
+        ({"mock": lambda: "mock"}, "ValueError", "without side_effects=True the tool itself"),
+        ({"mock": "mock", "side_effects": True}, "TypeError", "mock= must be callable"),
+    ):
+        run = record(lambda ctx, o=options: agent(ctx, o))
+        assert run.outcome.error["type"] == kind and says in run.outcome.error["message"]
+        assert not run.steps  # refused before it ran
 
 
 def test_a_side_effect_declared_resamplable_is_still_never_run_live():
@@ -928,3 +952,20 @@ def test_a_served_steps_own_now_and_uuid_are_carried_into_a_run_recorded_from_it
     for trajectory in (parent, child):
         redrawn = replay(agent, trajectory, ReplayPlan.ablate_from(0), seed=1)
         assert redrawn.result[0] == parent.outcome.result[0]
+
+
+def test_a_rollouts_trajectory_keeps_the_task_and_seed_so_it_replays():
+    """QA: ``ReplayResult.trajectory()`` had no task and no seed: replaying it called the
+    agent without its arguments."""
+
+    def agent(ctx, question):
+        noise = ctx.rng.random()
+        answer = ctx.llm("answer", produce=lambda: ctx.rng.choice(["a", "b"]), q=question)
+        return f"{answer}:{noise:.3f}"
+
+    traj = record(agent, {"question": "why?"}, seed=4)
+    rollout = replay(agent, traj, ReplayPlan.ablate_from(0), seed=7)
+    child = rollout.trajectory()
+    assert (child.task, child.seed) == (traj.task, traj.seed)
+    again = replay(agent, child)
+    assert again.result == rollout.result and not again.diverged

@@ -501,18 +501,19 @@ def side_effect_warnings(cost: Cost) -> list[str]:
     if cost.blocked:
         tools = ", ".join(f"{name!r} ({n})" for name, n in sorted(cost.blocked.items()))
         said.append(
-            f"{sum(cost.blocked.values())} of {cost.rollouts} rollouts left the recording and "
-            f"reached a side-effecting tool live: {tools}. It was not run, and they count as "
-            "failures, so the effects of the steps before it lean toward 0 (a re-draw there "
-            "that changes the path is never seen to rescue the run); declare what a replay "
-            "runs in its place, mock=..., to let such rollouts finish"
+            f"{cost.blocked_rollouts} of {cost.rollouts} rollouts left the recording and "
+            f"reached a side-effecting tool live (rollouts per tool: {tools}). It was not run: "
+            "it raised SideEffectBlockedError, which fails the run unless the agent catches "
+            "it, so the effects of the steps before it lean toward 0 (a re-draw there that "
+            "changes the path is never seen to rescue the run); declare what a replay runs in "
+            "its place, mock=..., to let such rollouts finish"
         )
     if cost.mocked:
         tools = ", ".join(f"{name!r} ({n})" for name, n in sorted(cost.mocked.items()))
         said.append(
             f"side-effecting tools reached live after leaving the recording ran their declared "
-            f"mock instead, in {sum(cost.mocked.values())} of {cost.rollouts} rollouts: {tools}; "
-            "those outcomes are as good as the mocks"
+            f"mock instead, in {cost.mocked_rollouts} of {cost.rollouts} rollouts (rollouts per "
+            f"tool: {tools}); those outcomes are as good as the mocks"
         )
     return said
 

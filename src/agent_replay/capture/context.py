@@ -184,6 +184,7 @@ class StepResult:
     parent_span_id: str | None
     within: int | None = None  # position of the step whose produce/observe made this call
     within_observe: bool = False  # ... and it was that step's observe
+    inputs: Any = None  # the step's inputs as they were when it was called (a copy)
 
     def detach(self) -> None:
         """Hold copies of the action and observation (:func:`canonical.snapshot`), so that
@@ -231,6 +232,8 @@ def _step_method(kind: StepKind, doc: str) -> Callable[..., Any]:
         mock: Callable[..., Any] | None = None,
         **inputs: Any,
     ) -> Any:
+        if mock is not None:
+            check_mock(mock, side_effects, f"{kind.value} {name!r}")
         call = StepCall(
             kind,
             name,
@@ -251,6 +254,18 @@ def _step_method(kind: StepKind, doc: str) -> Callable[..., Any]:
     step.__qualname__ = f"AgentContext.{kind.value}"
     step.__doc__ = doc
     return step
+
+
+def check_mock(mock: Any, side_effects: bool, what: str) -> None:
+    """Refuse a ``mock`` that is not callable, or one on a step without side effects (a
+    replay runs such a step itself: the mock would never run, and the real call would)."""
+    if not callable(mock):
+        raise TypeError(f"{what}: mock= must be callable (like produce), not {type(mock).__name__}")
+    if not side_effects:
+        raise ValueError(
+            f"{what}: mock= is what a replay runs in place of a side-effecting tool; without "
+            "side_effects=True the tool itself runs in every rollout (declare side_effects=True)"
+        )
 
 
 class AgentContext:
@@ -435,6 +450,11 @@ class AgentContext:
             else None
         )
         active = _ACTIVE_STEP.set(running) if running is not None else None
+        try:  # the inputs as called: produce may change the objects it is given (a messages
+            # list it appends its answer to), and the step records what was asked
+            called = snapshot(decision.inputs)
+        except CanonicalEncodingError:  # sealing reports such a value, naming its step
+            called = decision.inputs
         started = time.time_ns()
         action = observation = error = None
         observed = False
@@ -460,7 +480,16 @@ class AgentContext:
             if active is not None:
                 _ACTIVE_STEP.reset(active)
             self._finish(
-                call, decision, span, span_token, started, action, observation, observed, error
+                call,
+                decision,
+                span,
+                span_token,
+                started,
+                action,
+                observation,
+                observed,
+                error,
+                called,
             )
         return observation if observed else action
 
@@ -475,6 +504,7 @@ class AgentContext:
         observation: Any,
         observed: bool,
         error: dict[str, Any] | None,
+        called: Any,
     ) -> None:
         ended = time.time_ns()
         enclosing = _running(self)  # (this step's own was reset): the step it ran inside
@@ -498,6 +528,7 @@ class AgentContext:
                 parent_span_id=ids[2],
                 within=None if enclosing is None else enclosing.position,
                 within_observe=enclosing is not None and enclosing.observing,
+                inputs=called,
             ),
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -105,12 +106,11 @@ class Recorder:
     def commit(
         self, ctx: AgentContext, call: StepCall, decision: Decision, result: StepResult
     ) -> None:
-        try:  # the step as it is now: the agent may change the objects it passed or got back
-            inputs = snapshot(call.inputs)
+        # the output as it is now: the agent may change the objects it got back (a value that
+        # cannot be stored is named, with its step, by sealing)
+        with contextlib.suppress(CanonicalEncodingError):
             result.detach()
-        except CanonicalEncodingError:
-            inputs = call.inputs  # sealing says which value of which step cannot be stored
-        draft = step_draft(call, inputs, result)
+        draft = step_draft(call, result.inputs, result)  # the inputs as they were called
         with self._seal_lock:
             if self.finished:
                 raise RuntimeError(

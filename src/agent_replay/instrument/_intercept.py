@@ -308,10 +308,20 @@ class Interceptor:
         )
         if spec.mock is not None:  # called as the function is; its result recorded as one
             mock = spec.mock
-            call.mock = lambda: self._record(
-                ctx, prepared, call, mock(*prepared.args, **prepared.kwargs)
-            )
+
+            def mocked() -> Any:
+                result = mock(*prepared.args, **prepared.kwargs)
+                if inspect.isawaitable(result):  # an async mock (of an async tool): awaited
+                    return self._record_awaited(ctx, prepared, call, result)
+                return self._record(ctx, prepared, call, result)
+
+            call.mock = mocked
         return call
+
+    async def _record_awaited(
+        self, ctx: AgentContext, prepared: _Prepared, step: StepCall, result: Any
+    ) -> Any:
+        return self._record(ctx, prepared, step, await result)
 
     def _call_arguments(
         self, prepared: _Prepared, inputs: Any, step: StepCall

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast, overload
 
+from ..capture.context import check_mock
 from ..model import StepKind
 from ._intercept import Interceptor, StepSpec
 
@@ -37,6 +38,8 @@ def _decorate(
         )
     if not callable(fn):
         raise TypeError(f"@instrument.{kind.value} needs a function, not {type(fn).__name__}")
+    if mock is not None:
+        check_mock(mock, side_effects, f"@instrument.{kind.value} {name or fn.__qualname__}")
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):

@@ -179,7 +179,10 @@ class ReplayPlan:
             if step.side_effects and step.observed and index not in self.observed:
                 raise PlanError(
                     f"step {index} ({step.label}) has side effects: forcing its action needs a "
-                    "mock observation too (observe=...), it is never executed live"
+                    "mock observation too, it is never executed live (replay with "
+                    f"ReplayPlan.factual().force({index}, action).observe({index}, observation); "
+                    "fork takes one intervention, and fork(..., observe=...) keeps the recorded "
+                    "action)"
                 )
         for index in sorted({*self.edited, *self.models}):
             step = trajectory.steps[index]

@@ -76,6 +76,9 @@ from .policies import PolicyError
 
 __all__ = ["Divergence", "ReplayResult", "Replayer", "areplay", "ensure_verified", "replay"]
 
+SIDE_EFFECT_MOCK = "side_effect_mock"
+"""The ``replay`` attribute of a step whose side-effecting tool ran its declared ``mock``."""
+
 _IMMUTABLE = (str, int, float, bool, type(None), bytes)
 
 
@@ -136,6 +139,7 @@ class ReplayResult:
     segments: tuple[int, ...] | None = field(repr=False, default=None)
     _material: tuple = field(repr=False, default=(), compare=False)
     effects: tuple[tuple[int, str, Any], ...] = field(repr=False, default=())
+    replayed: Trajectory | None = field(repr=False, default=None, compare=False)
 
     @property
     def drafts(self) -> tuple[StepDraft, ...]:
@@ -170,12 +174,18 @@ class ReplayResult:
         seed: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Trajectory:
-        """The replayed run as a trajectory (held steps keep their recorded hashes)."""
+        """The replayed run as a trajectory (held steps keep their recorded hashes); its task
+        and seed are those of the replayed recording unless given (so that it replays too)."""
+        if self.replayed is not None:
+            task = self.replayed.task if task is None else task
+            seed = self.replayed.seed if seed is None else seed
         meta = {"source": "replay", **(metadata or {})}
         if self.divergence is not None:
             meta["divergence"] = self.divergence.to_dict()
         if self.segments is not None:  # steps were dropped: how its streams were keyed
             meta["segments"] = list(self.segments)
+        if self.mocked_tools:  # its outcome is as good as these tools' mocks
+            meta["mocked_side_effects"] = list(self.mocked_tools)
         return Trajectory(
             session_id=session_id or f"{self.session_id}-replay-{self.seed}",
             steps=chain_steps(self.drafts),
@@ -479,6 +489,7 @@ class Replayer:
             if call.mock is not None:  # its stand-in runs instead (the step records its value)
                 call.produce = call.mock
                 self.mocked += (call.name,)
+                decision.state = (SIDE_EFFECT_MOCK, None)
             else:
                 decision.run_produce = False
                 decision.exception = self._blocked(call, position, "the run left the recording")
@@ -547,6 +558,8 @@ class Replayer:
                 self.steps[decision.position] = (recorded,)
                 return
             label = "held"
+        elif label == SIDE_EFFECT_MOCK:
+            pass  # no call in real life: not a live step
         elif decision.run_produce or decision.run_observe:
             self.live_steps += 1
             if call.attributes or (recorded is not None and recorded.attributes):
@@ -567,12 +580,13 @@ class Replayer:
                     # with it: the first plan that is not this very rollout starts after it
                     self.branch_at = self._shape.outermost.get(decision.position, decision.position)
                 self.changed = True
-        try:  # as it is now: the agent may change it later
-            inputs = canonical.snapshot(decision.inputs)
+        inputs = decision.inputs
+        try:  # the output as it is now: the agent may change it later
             if result is not None:
+                inputs = result.inputs  # a copy, taken when the step was called
                 result.detach()
         except CanonicalEncodingError:  # sealing reports such a value, with its step
-            inputs = decision.inputs
+            pass
         self.steps[decision.position] = (call, inputs, result, label)
 
     def _count_tokens(self, call: StepCall, recorded: Step | None) -> None:
@@ -1033,6 +1047,7 @@ def _result(
         segments=segments,
         _material=tuple(map(driver.steps.__getitem__, positions)),
         effects=tuple(driver.effects_log),
+        replayed=driver.trajectory,
     )
 
 

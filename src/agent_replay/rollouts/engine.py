@@ -223,6 +223,8 @@ class Cost:
     stopped: int = 0
     blocked: Counter = field(default_factory=Counter)  # tool → rollouts that stopped at it
     mocked: Counter = field(default_factory=Counter)  # tool → rollouts that ran its mock
+    blocked_rollouts: int = 0  # rollouts that stopped at one or more such tools
+    mocked_rollouts: int = 0  # rollouts that ran one or more such mocks
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,7 +238,12 @@ class Cost:
             "exceptions": dict(self.exceptions),
             "diverged": self.diverged,
             "stopped": self.stopped,
-            "side_effects": {"blocked": dict(self.blocked), "mocked": dict(self.mocked)},
+            "side_effects": {
+                "blocked": dict(self.blocked),
+                "mocked": dict(self.mocked),
+                "blocked_rollouts": self.blocked_rollouts,
+                "mocked_rollouts": self.mocked_rollouts,
+            },
         }
 
 
@@ -378,8 +385,12 @@ class RolloutEngine:
                 cost.diverged += 1
             if result.stopped is not None:
                 cost.stopped += 1
-            cost.blocked.update(set(result.blocked_tools))
-            cost.mocked.update(set(result.mocked_tools))
+            if result.blocked_tools:
+                cost.blocked.update(set(result.blocked_tools))
+                cost.blocked_rollouts += 1
+            if result.mocked_tools:
+                cost.mocked.update(set(result.mocked_tools))
+                cost.mocked_rollouts += 1
             if self.keep_records:
                 self.records.append(result.to_record())
 
