@@ -10,7 +10,13 @@ current instrumentations add to the GenAI conventions.
   the indices and dropped attributes are reported as capture notes.
 * Traceloop SDK decorators: ``traceloop.span.kind`` ∈ workflow | task | agent | tool, with
   ``traceloop.entity.name`` and ``traceloop.entity.input`` / ``.output`` (JSON
-  ``{"args": [...], "kwargs": {...}}`` / the return value).
+  ``{"args": [...], "kwargs": {...}}`` / the return value). A ``@tool`` is a tool step. A
+  ``@task`` is not claimed: like a Langfuse ``span`` observation it is named by its entity and
+  carries its arguments and return value, so the assembler makes it an opaque ``span`` step
+  when nothing is below it and it is inside no step (an action of its own), a container around
+  what is below it, and a detail of a step it is inside. (A LangChain run's task span, below,
+  stays a workflow: a prompt template or a parser is no step.) A task or tool recorded with
+  neither input nor output gets a note naming ``TRACELOOP_TRACE_CONTENT``.
 * The current form (≥ 0.55; checked on the OpenAI, Anthropic and LangChain instrumentations
   0.62.4) writes no flattened keys: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` /
   ``gen_ai.system_instructions`` / ``gen_ai.tool.definitions`` as OTel parts JSON, read by the
@@ -40,6 +46,8 @@ current instrumentations add to the GenAI conventions.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -62,6 +70,10 @@ NO_CONTENT = (
     "TRACELOOP_TRACE_CONTENT=false, and with use_attributes=False (before 0.55: "
     "use_legacy_attributes=False) the model messages are log records (import the logs file "
     "with the spans)"
+)
+ENTITY_NO_CONTENT = (
+    "Traceloop recorded this task or tool without its input and output: the SDK's decorators "
+    "write none with TRACELOOP_TRACE_CONTENT=false"
 )
 _CONTENT_KEYS = {
     "chat": ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"),
@@ -128,8 +140,20 @@ def _gaps(indexed: dict[int, Any]) -> bool:
     return bool(indexed) and sorted(indexed) != list(range(len(indexed)))
 
 
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _entity_value(value: Any) -> Any:
+    """A ``traceloop.entity.input`` / ``.output`` value: the SDK writes it with ``json.dumps``,
+    so a number returned is ``"3"`` (decoded as well as strings, lists, objects)."""
+    if isinstance(value, str) and _JSON_NUMBER.fullmatch(value.strip()):
+        number = json.loads(value)
+        return number if math.isfinite(number) else value  # "1e999" stays text
+    return parse_json(value)
+
+
 def _entity_arguments(value: Any) -> Any:
-    value = parse_json(value)
+    value = _entity_value(value)
     if isinstance(value, dict) and set(value) <= {"args", "kwargs"}:
         args, kwargs = value.get("args") or [], value.get("kwargs") or {}
         if not args:
@@ -202,7 +226,10 @@ def _read_entity(span: NormalizedSpan, mapped: MappedSpan, kind: str) -> None:
     elif kind == "retriever":
         mapped.set_step(StepKind.RETRIEVAL, str(entity or span.name))
     elif kind == "task" and mapped.role == Role.OTHER:
-        mapped.role = Role.WORKFLOW  # a unit of work around steps, not a step of its own
+        if span.scope_name == LANGCHAIN_SCOPE:
+            mapped.role = Role.WORKFLOW  # a chain run: around steps, or a prompt / parser
+        # else an SDK ``@task``, left unclaimed (see the module doc): an opaque step when it is a
+        # leaf outside any step, a container around steps, a detail inside a step
         mapped.name = mapped.name or str(entity or span.name)
     if span.scope_name == LANGCHAIN_SCOPE:
         _read_langchain_entity(kind, attrs, mapped)
@@ -211,7 +238,14 @@ def _read_entity(span: NormalizedSpan, mapped: MappedSpan, kind: str) -> None:
             arguments = _entity_arguments(attrs["traceloop.entity.input"])
             mapped.set_inputs({"arguments": arguments} if kind == "tool" else arguments)
         if "traceloop.entity.output" in attrs:
-            mapped.set_output(parse_json(attrs["traceloop.entity.output"]))
+            mapped.set_output(_entity_value(attrs["traceloop.entity.output"]))
+        if (
+            kind in ("task", "tool")
+            and "traceloop.entity.input" not in attrs
+            and "traceloop.entity.output" not in attrs
+            and not (mapped.has_inputs or mapped.has_output)
+        ):
+            mapped.notes.append(ENTITY_NO_CONTENT)
     mapped.set_conversation(
         attrs.get("traceloop.association.properties.session_id")
         or attrs.get("traceloop.association.properties.thread_id")
