@@ -168,3 +168,63 @@ def test_a_malformed_or_cut_off_request_head_is_a_bad_request(server):
     url = f"http://127.0.0.1:{served.server_address[1]}/"
     posted = requests.post(url, files={"f": ("a.txt", b"xyz")}, timeout=5)
     assert posted.status_code == 200 and b"xyz" in posted.content
+
+
+def answer_to(served, data: bytes) -> bytes:
+    """What the server answers ``data`` sent on a new connection whose client then closes
+    its side (read until the server closes the connection)."""
+    with socket.create_connection(served.server_address, timeout=5) as conn:
+        conn.sendall(data)
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+def test_a_head_cut_off_before_its_blank_line_is_a_bad_request_not_a_request(server):
+    """The standard library takes the end of input for the blank line ending a head: a
+    client gone mid-head had what arrived served as a whole request (here, 200 ok)."""
+    served = server()
+    for head in (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"GET / HTTP/1.1\r\n", b"GET / HT"):
+        answer = answer_to(served, head)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"cut off" in answer, (head, answer)
+    assert answer_to(served, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").endswith(b"ok")
+
+
+def test_a_malformed_request_line_gets_a_status_line_and_headers(server):
+    """Errors answered before the request line was parsed were written the HTTP/0.9 way (the
+    standard library's default version then): a bare body, no status line or headers."""
+    served = server()
+    for line, status in ((b"GARBAGE", 400), (b"GET / HTTP/1.1 x", 400), (b"PRI * HTTP/2.0", 505)):
+        answer = answer_to(served, line + b"\r\n\r\n")
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+        assert b"\r\nContent-Length: " in answer and b"\r\nConnection: close" in answer
+    assert get(served).text == "ok"
+
+
+def test_a_connection_the_server_shuts_mid_head_is_not_answered(server):
+    """Shut for its deadline, a head is not cut off by its client: not answered 400, and
+    handed to the handler's ``connection_shut`` with the reason."""
+    from agent_replay.httpserver import LATE
+
+    shut = []
+
+    class Counting(Hello):
+        def connection_shut(self, why: str) -> None:
+            shut.append(why)
+
+    served = GuardedHTTPServer(("127.0.0.1", 0), Counting)
+    served.head_seconds = 0.3
+    threading.Thread(target=served.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    try:
+        with socket.create_connection(served.server_address, timeout=5) as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            assert conn.recv(100) == b""  # shut, unanswered
+        deadline = time.monotonic() + 5
+        while not shut and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert shut == [LATE]
+    finally:
+        served.shutdown()
+        served.server_close()

@@ -8,6 +8,10 @@
 * **A request's head must arrive within** ``head_seconds`` from the moment the connection
   waits for it (the socket timeout only bounds each read: a client sending a byte every ten
   seconds held a connection forever). Past it the connection is shut.
+* **A request head must be whole**: one whose connection ended before its blank line is
+  answered 400 (the standard library answered what had arrived as a complete request), or
+  not at all when this server shut the connection (:meth:`GuardedHandler.connection_shut`).
+  A malformed request line gets a real HTTP/1.x response (it got a bare body, HTTP/0.9's way).
 * **A body read with** :meth:`GuardedHandler.read_paced` must keep coming: after
   ``head_seconds`` of grace from its head, at ``min_body_rate`` bytes a second on average
   (a body trickled a byte every ten seconds held a thread, a connection and its part of the
@@ -33,12 +37,16 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["GuardedHTTPServer", "GuardedHandler"]
+__all__ = ["EVICTED", "LATE", "GuardedHTTPServer", "GuardedHandler"]
 
 _log = logging.getLogger(__name__)
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "127.0.0.1", "::1"})
+
+#: why the server shut a connection (:meth:`GuardedHTTPServer.shut_why`): to make room for a
+#: new one past the cap, or because its head or body did not arrive in time
+EVICTED, LATE = "evicted", "late"
 
 
 class GuardedHTTPServer(ThreadingHTTPServer):
@@ -56,6 +64,7 @@ class GuardedHTTPServer(ThreadingHTTPServer):
         self._guard = threading.Lock()
         self._open = 0
         self._waiting: dict[socket.socket, float] = {}  # connection -> deadline of its head
+        self._shut: dict[socket.socket, str] = {}  # connections this server shut, and why
         self._closed = threading.Event()
         self._watcher: threading.Thread | None = None
         self.loopback = _is_loopback(address[0])
@@ -72,6 +81,7 @@ class GuardedHTTPServer(ThreadingHTTPServer):
                 # or trickling connections cannot keep a prompt client out
                 evicted = min(self._waiting, key=self._waiting.__getitem__)
                 del self._waiting[evicted]
+                self._shut[evicted] = EVICTED
                 full = False
             if not full:
                 self._open += 1
@@ -101,7 +111,15 @@ class GuardedHTTPServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._guard:
+                self._shut.pop(request, None)
             self._release()
+
+    def shut_why(self, connection: socket.socket) -> str | None:
+        """Why this server shut ``connection`` (:data:`EVICTED`, :data:`LATE`), or ``None``
+        if it did not: tells a connection ended by the server from one its client ended."""
+        with self._guard:
+            return self._shut.get(connection)
 
     def _release(self) -> None:
         with self._guard:
@@ -136,6 +154,7 @@ class GuardedHTTPServer(ThreadingHTTPServer):
                 late = [c for c, deadline in self._waiting.items() if deadline <= now]
                 for connection in late:
                     del self._waiting[connection]
+                    self._shut[connection] = LATE
             for connection in late:
                 with contextlib.suppress(OSError):  # its blocked read returns
                     connection.shutdown(socket.SHUT_RDWR)
@@ -171,12 +190,42 @@ _BROKEN_HEAD = (
 )
 
 
+class _HeadCutOff(Exception):
+    """The request head ended before its blank line: the client closed its side mid-way, or
+    the server shut the connection."""
+
+
+class _HeadReader:
+    """The handler's ``rfile`` while the standard library reads a request's header lines:
+    a line that ends without its line end (the connection's end of input) raises
+    :class:`_HeadCutOff`. The standard library takes the end of input for the blank line that
+    ends a head, and answered what was left of a head cut off as a complete request."""
+
+    def __init__(self, rfile: Any) -> None:
+        self.rfile = rfile
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.rfile.readline(size)
+        if not line.endswith(b"\n") and (size < 0 or len(line) < size):
+            raise _HeadCutOff  # (a line as long as asked for is the parser's to refuse)
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rfile, name)
+
+
 class GuardedHandler(BaseHTTPRequestHandler):
     """A request handler of a :class:`GuardedHTTPServer` (see there)."""
 
     server: GuardedHTTPServer
+    raw_requestline: bytes  # (set by the standard library's handle_one_request)
 
     _head_at = 0.0  # when the request head being served arrived (monotonic)
+    # the standard library's default, HTTP/0.9, stays the request's version until its request
+    # line is parsed; an error answered before (a malformed request line, an HTTP version
+    # past 1.x such as an HTTP/2 client's preface) was written in HTTP/0.9's way: a bare body,
+    # without a status line or headers
+    default_request_version = "HTTP/1.0"
 
     def handle_one_request(self) -> None:
         self.server.await_head(self.connection)
@@ -186,9 +235,28 @@ class GuardedHandler(BaseHTTPRequestHandler):
             self.server.arrived(self.connection)
 
     def parse_request(self) -> bool:
-        parsed = super().parse_request()
+        parsed: bool | None = None  # None: the head was cut off before its end
+        if self.raw_requestline.endswith(b"\n"):
+            reader, self.rfile = self.rfile, cast(Any, _HeadReader(self.rfile))
+            try:
+                parsed = super().parse_request()
+            except _HeadCutOff:
+                pass
+            finally:
+                self.rfile = reader
+        else:  # the request line itself was cut off (its state, as parse_request sets it)
+            self.command, self.request_version = "", self.default_request_version
+            self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
         self.server.arrived(self.connection)
         self._head_at = time.monotonic()
+        if parsed is None:
+            self.close_connection = True
+            why = self.server.shut_why(self.connection)
+            if why is not None:
+                self.connection_shut(why)  # the server shut it: nobody to answer
+            else:
+                self.send_error(400, "Bad Request", "the request head was cut off before its end")
+            return False
         if parsed and len(self.headers.get_all("Host") or ()) > 1:  # RFC 9112 3.2
             self.close_connection = True
             self.send_error(400, "Bad Request", "more than one Host header")
@@ -198,12 +266,16 @@ class GuardedHandler(BaseHTTPRequestHandler):
             self.send_error(421, "Misdirected Request", "this server answers its own address only")
             return False
         if parsed and any(isinstance(d, _BROKEN_HEAD) for d in self.headers.defects):
-            # a header line without its colon: a malformed head, or one cut off by a client
-            # that closed mid-way (it was read as a request without those headers)
+            # a header line without its colon: a malformed head (it was read as a request
+            # without those headers)
             self.close_connection = True
             self.send_error(400, "Bad Request", "the request head is incomplete or malformed")
             return False
         return parsed
+
+    def connection_shut(self, why: str) -> None:
+        """The server shut this connection in the middle of a request (``why``:
+        :data:`EVICTED` or :data:`LATE`): it is not answered. For subclasses to count."""
 
     def read_paced(self, size: int, received: int, *, line: bool = False) -> bytes:
         """What has arrived of the request body, up to ``size`` bytes (a whole line of at

@@ -3,6 +3,7 @@
 import contextlib
 import gzip
 import json
+import select
 import socket
 import sqlite3
 import threading
@@ -521,7 +522,8 @@ def test_logs_signal_joins_event_only_content_whatever_arrives_first(served, db_
 
 def test_log_records_outside_any_span_are_refused_as_partial_success(served, db_path):
     """Records without a trace and span id (an event emitted outside any span) were answered
-    as full success and dropped."""
+    as full success and dropped. A request of nothing else is refused (400), as one whose
+    every span is rejected: it was a 200 that kept nothing."""
     collector, _ = served()
     doc = json.loads((FIXTURES / "generated" / "otel_event_only.logs.jsonl").read_text())
     records = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
@@ -536,11 +538,36 @@ def test_log_records_outside_any_span_are_refused_as_partial_success(served, db_
     )
     only_outside = {"resourceLogs": [{"scopeLogs": [{"logRecords": outside}]}]}
     answer = post(collector, json.dumps(only_outside).encode(), "application/json", path="/v1/logs")
-    assert (
-        answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedLogRecords"] == "2"
-    )
+    assert answer.status_code == 400 and answer.json()["code"] == 3
+    assert answer.json()["message"].startswith("no valid record: 2 log record(s) without a trace")
     collector.stop(grace=1)
     assert collector.receiver.stats.logs_stored == len(records)
+    assert collector.receiver.snapshot()["errors"] == {"BadRequest": 1}
+
+
+def test_a_logs_request_whose_every_record_is_rejected_is_invalid_over_grpc_and_protobuf(served):
+    """The same rule over gRPC (it was OK with rejected_log_records) and OTLP/HTTP protobuf:
+    INVALID_ARGUMENT / 400 when no record is kept, partial success when some are."""
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+    collector, _ = served()
+    request = logs_service_pb2.ExportLogsServiceRequest()
+    records = request.resource_logs.add().scope_logs.add().log_records
+    records.add(event_name="gen_ai.user.message").body.string_value = "outside any span"
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}")
+    stub = logs_service_pb2_grpc.LogsServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Export(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("no valid record: 1 log record(s) without a trace")
+    refused = post(collector, request.SerializeToString(), path="/v1/logs")
+    assert refused.status_code == 400
+    assert Status.FromString(refused.content).message.startswith("no valid record: 1 log")
+    inside = records.add(event_name="gen_ai.user.message", trace_id=b"\x01" * 16)
+    inside.span_id = b"\x02" * 8
+    assert stub.Export(request, timeout=5).partial_success.rejected_log_records == 1
+    channel.close()
+    assert collector.receiver.snapshot()["errors"] == {"BadRequest": 2}
 
 
 def test_real_log_exporter(served, db_path):
@@ -976,6 +1003,128 @@ def test_oversize_headers_get_a_json_status_not_an_html_page(served):
     assert reply.headers["Content-Type"] == "application/json"
     assert reply.json()["code"] == 3 and "431" in reply.json()["message"]
     assert post(collector, b"{}", "application/json").status_code == 200
+
+
+def exchange(port: int, data: bytes, *, end_write: bool = False) -> bytes:
+    """Send ``data`` on a new connection (then close our side, with ``end_write``) and read
+    everything the server answers until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        if end_write:
+            conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "kind"),
+    [
+        (b"GARBAGE", 400, "BadRequest"),
+        (b"POST /v1/traces HTTP/1.1 x", 400, "BadRequest"),
+        (b"POST /v1/traces HTTP/3.0", 505, "HTTPVersionNotSupported"),
+        (b"PRI * HTTP/2.0", 505, "HTTPVersionNotSupported"),  # an HTTP/2 (gRPC) client
+    ],
+    ids=["garbage", "four-words", "http3", "h2-preface"],
+)
+def test_a_malformed_request_line_gets_an_http_response_and_is_counted(served, line, status, kind):
+    """The standard library answered these before it knew the request's HTTP version, the
+    HTTP/0.9 way: a bare JSON body, no status line, no headers; and nothing was counted."""
+    collector, _store = served()
+    answer = exchange(
+        collector.http_port, line + b"\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+    )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer
+    assert b"\r\nContent-Type: application/json" in head and b"\r\nConnection: close" in head
+    assert json.loads(body)["code"] == 3
+    if line.startswith(b"PRI"):
+        assert "gRPC port" in json.loads(body)["message"]
+    assert collector.receiver.snapshot()["errors"] == {kind: 1}
+    assert post(collector, otlp_json_request(), "application/json").status_code == 200
+
+
+def test_a_grpc_client_sent_to_the_http_port_is_told_it_reached_http1(served, caplog):
+    """A gRPC exporter pointed at the HTTP port read the bare body as a bad HTTP/2 frame; with
+    a real HTTP/1.1 answer grpc says what it met, and the receiver logs where to go."""
+    collector, _store = served()
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.http_port}")
+    export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+    with caplog.at_level("WARNING", logger="agent_replay.ingest.receiver.http"):
+        with pytest.raises(grpc.RpcError) as info:
+            export(b"", timeout=5)
+    channel.close()
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "http1.x server (HTTP status 505)" in info.value.details()
+    assert "HTTP/2 client (a gRPC exporter?)" in caplog.text
+    assert collector.receiver.snapshot()["errors"]["HTTPVersionNotSupported"] >= 1
+
+
+HEAD = (
+    b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+    b"Content-Length: 0\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [HEAD, HEAD[:70], HEAD[:26], HEAD[:12]],
+    ids=["before-blank-line", "mid-header", "after-request-line", "mid-request-line"],
+)
+def test_a_request_head_cut_off_is_a_bad_request_not_a_request(served, head):
+    """A client that closed its side before the blank line ending the head had what arrived
+    answered as a whole request: 200 for an export never finished, or 415 for the
+    Content-Type it never finished sending."""
+    collector, _store = served()
+    answer = exchange(collector.http_port, head, end_write=True)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b"cut off" in answer.partition(b"\r\n\r\n")[2]
+    snapshot = collector.receiver.snapshot()
+    assert snapshot["errors"] == {"BadRequest": 1} and snapshot["requests"] == 0
+    whole = exchange(collector.http_port, HEAD + b"\r\n", end_write=True)
+    assert whole.startswith(b"HTTP/1.1 200 ")
+
+
+def test_connections_the_server_shuts_are_counted_as_what_they_are(served):
+    """Connections shut to make room past the connection cap, or for a head or body that did
+    not arrive in time, were read as requests without their headers: counted 415."""
+    collector, _store = served()
+    server = collector.http_server
+    server.max_connections = 2
+    waiting = []
+    try:
+        for _ in range(2):
+            waiting.append(socket.create_connection(("127.0.0.1", collector.http_port)))
+            waiting[-1].sendall(HEAD[:26])  # a request line, then nothing yet
+        deadline = time.monotonic() + 5
+        while len(server._waiting) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert post(collector, otlp_json_request(), "application/json").status_code == 200
+        # the connection that waited longest for its head was shut for it, unanswered
+        readable, _, _ = select.select(waiting, [], [], 5)
+        assert len(readable) == 1 and readable[0].recv(100) == b""
+        assert collector.receiver.snapshot()["errors"] == {"Evicted": 1}
+    finally:
+        for connection in waiting:
+            connection.close()
+    # the other one, closed by its client mid-head, is a bad request
+    wait_for_errors(collector, {"Evicted": 1, "BadRequest": 1})
+    server.max_connections = 256
+    server.head_seconds, server.min_body_rate = 0.5, 1024
+    assert trickle(collector.http_port, b"", HEAD, every=0.2) is not None  # a slow head
+    slow_body = HEAD.replace(b"Length: 0", b"Length: 100000") + b"\r\n" + b" " * 2000
+    assert trickle(collector.http_port, slow_body, b" " * 75, every=0.2) is not None
+    wait_for_errors(collector, {"Evicted": 1, "BadRequest": 1, "TooSlow": 2})
+
+
+def wait_for_errors(collector, expected: dict) -> None:
+    """Until the receiver's error counts are ``expected`` (a connection's thread counts
+    after the client saw it closed); fails after 5 s."""
+    deadline = time.monotonic() + 5
+    while collector.receiver.snapshot()["errors"] != expected:
+        assert time.monotonic() < deadline, collector.receiver.snapshot()["errors"]
+        time.sleep(0.01)
 
 
 def test_on_loopback_an_export_naming_another_host_is_refused(served, db_path):

@@ -461,10 +461,8 @@ class Receiver:
             self.stats.rejected += rejected
             self.stats.spans_received += len(decoded.spans)
             self.stats.logs_received += len(decoded.logs)
-        if rejected and not decoded.spans and not decoded.logs:
-            raise BadRequest(f"no valid record: {reason}")
         # a log record outside any span (no trace and span id) has no step to join: it is
-        # refused as partial success, so that the sender knows it is not kept
+        # rejected like a malformed one, so that the sender knows it is not kept
         logs = [log for log in decoded.logs if log.trace_id and log.span_id]
         if len(logs) < len(decoded.logs):
             unjoinable = len(decoded.logs) - len(logs)
@@ -476,6 +474,10 @@ class Receiver:
             reason = f"{reason}; {said}" if reason else said
             with self._lock:
                 self.stats.rejected += unjoinable
+        if rejected and not decoded.spans and not logs:
+            # every record rejected, whatever the reason: 400 / INVALID_ARGUMENT, not a
+            # success that keeps nothing (logs of events outside any span got 200)
+            raise BadRequest(f"no valid record: {reason}")
         if decoded.spans or logs:
             self._submit(_Item(decoded.spans, logs))
         return rejected, reason
@@ -572,9 +574,14 @@ class Receiver:
 
     def count_error(self, error: BaseException) -> None:
         """Count a failed request or commit by its exception type (for the collect summary)."""
-        name = type(error).__name__
+        self.count(type(error).__name__)
+
+    def count(self, kind: str) -> None:
+        """Count a failed request of ``kind`` (for the collect summary): what a transport
+        refuses or cuts off before the receiver sees the request (a malformed request line,
+        a connection shut to make room) is counted under a name of its own."""
         with self._lock:
-            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
 
     @property
     def draining(self) -> bool:

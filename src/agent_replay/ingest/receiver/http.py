@@ -22,11 +22,12 @@ import logging
 import math
 import ssl
 import threading
+from http import HTTPStatus
 from typing import Any
 
 from google.rpc.status_pb2 import Status
 
-from ...httpserver import GuardedHandler, GuardedHTTPServer
+from ...httpserver import EVICTED, LATE, GuardedHandler, GuardedHTTPServer
 from .core import (
     LOGS,
     TRACES,
@@ -69,6 +70,24 @@ def parse_address(address: str, default_port: int) -> tuple[str, int]:
         return host or "127.0.0.1", int(port) if port else default_port
     except ValueError:
         raise ValueError(f"bad address {address!r}: expected HOST:PORT") from None
+
+
+# what a connection the HTTP server shut mid-request is counted as in the summary's errors
+_SHUT_KINDS = {EVICTED: "Evicted", LATE: "TooSlow"}
+_H2_PREFACE = "PRI * HTTP/2.0"  # the request line an HTTP/2 client (gRPC) begins with
+_H2_EXPLAIN = (
+    "this is the OTLP/HTTP port (HTTP/1.1); an HTTP/2 client, such as an OTLP/gRPC exporter, "
+    "goes to the receiver's gRPC port (4317 by default), or set its protocol to http/protobuf"
+)
+
+
+def _error_kind(status: int) -> str:
+    """An HTTP status as a summary's error kind: 400 BadRequest, 505 HTTPVersionNotSupported."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP{status}"
+    return "".join(phrase.replace("-", " ").split())
 
 
 _READ_BYTES = 64 << 10  # a body is read and counted this much at a time
@@ -125,6 +144,28 @@ class _Handler(GuardedHandler):
             return False
         self.close_connection = False
         return super().handle_expect_100()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What the standard library and :class:`GuardedHandler` answer themselves (a
+        malformed request line or head, 431, 505): counted in the summary like the receiver's
+        own errors (they were not)."""
+        receiver = self.server.receiver
+        receiver.count(_error_kind(code))
+        if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED and self.requestline == _H2_PREFACE:
+            explain = _H2_EXPLAIN
+            if not self.server.warned_h2:
+                self.server.warned_h2 = True
+                _log.warning(
+                    "agent-replay: an HTTP/2 client (a gRPC exporter?) connected to the OTLP/HTTP "
+                    "port %d from %s: answered 505; point it at the gRPC port or have it send "
+                    "http/protobuf",
+                    self.server.port,
+                    self.client_address[0],
+                )
+        super().send_error(code, message, explain)
+
+    def connection_shut(self, why: str) -> None:
+        self.server.receiver.count(_SHUT_KINDS.get(why, why))
 
     def version_string(self) -> str:
         return self.server_version
@@ -301,6 +342,11 @@ class _Handler(GuardedHandler):
                         response = receiver.export_proto(signal, body)
             self._send(200, response, "application/json" if as_json else "application/x-protobuf")
         except ReceiverError as error:
+            why = self.server.shut_why(self.connection)
+            if why is not None:  # the server shut it (too slow, or to make room for another):
+                self.close_connection = True  # a body cut short is no bad request, and
+                self.connection_shut(why)  # nobody is left to answer
+                return
             if not body_read:  # refused before its body was read (401): the rest of it would
                 self.close_connection = True  # be taken for the next request on the connection
             receiver.count_error(error)
@@ -344,6 +390,7 @@ class OTLPHTTPServer(GuardedHTTPServer):
     ) -> None:
         super().__init__(address, _Handler)
         self.receiver = receiver
+        self.warned_h2 = False  # an HTTP/2 client was told, in the log, where to go
         if ssl_context is not None:
             # handshake on the connection's thread, not in the accept loop
             self.socket = ssl_context.wrap_socket(
