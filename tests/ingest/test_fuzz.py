@@ -19,6 +19,7 @@ from agent_replay import CheckpointStore, Trajectory
 from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import FORMATS, import_into, load_many, read_source
 from agent_replay.model import StepDraft, StepKind, chain_steps
+from blocks import whole_and_in_blocks
 from zstd_codec import zstd
 
 SHARED = next(p / "shared" for p in Path(__file__).resolve().parents if (p / "shared").is_dir())
@@ -264,21 +265,11 @@ def test_a_damaged_store_file_is_reported_and_the_other_files_land(data):
 def _whole_and_in_blocks(data: bytes, block: int, codec: str | None = None):
     """``load_many`` of a file holding ``data`` (compressed whole by ``codec``), read whole and
     read in blocks of ``block``."""
-    import agent_replay.ingest as ingest
-
     compress = {None: bytes, "gzip": gzip.compress, "zstd": zstd.compress}[codec]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "data"
         path.write_bytes(compress(data))
-        results = []
-        for size in (1 << 30, block):
-            saved = ingest.BLOCK_BYTES
-            ingest.BLOCK_BYTES = size
-            try:
-                results.append(load_many([path]))
-            finally:
-                ingest.BLOCK_BYTES = saved
-    return results
+        return whole_and_in_blocks(path, block)
 
 
 LINES = [

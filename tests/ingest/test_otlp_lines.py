@@ -16,6 +16,7 @@ from agent_replay import CheckpointStore
 from agent_replay.errors import ImportFormatError
 from agent_replay.ingest import import_into, load_many, read_source
 from agent_replay.ingest.otlp import read_otlp_json
+from blocks import whole_and_in_blocks
 from otlp_protobuf import protobuf_request
 
 
@@ -48,18 +49,6 @@ def line(i: int) -> bytes:
 def latin1_line(i: int) -> bytes:
     """Line ``i`` with its é written in Latin-1 (0xE9), inside a string."""
     return line(i).replace("café".encode(), b"caf\xe9")
-
-
-def whole_and_in_blocks(path, block: int):
-    results = []
-    for size in (1 << 30, block):
-        saved = ingest.BLOCK_BYTES
-        ingest.BLOCK_BYTES = size
-        try:
-            results.append(load_many([path]))
-        finally:
-            ingest.BLOCK_BYTES = saved
-    return results
 
 
 def test_a_line_that_is_not_utf8_is_skipped_and_the_others_are_imported(tmp_path):
