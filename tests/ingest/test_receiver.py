@@ -553,7 +553,10 @@ def test_a_logs_request_whose_every_record_is_rejected_is_invalid_over_grpc_and_
     collector, _ = served()
     request = logs_service_pb2.ExportLogsServiceRequest()
     records = request.resource_logs.add().scope_logs.add().log_records
-    records.add(event_name="gen_ai.user.message").body.string_value = "outside any span"
+    # (the event name as an attribute: the oldest opentelemetry-proto has no event_name field)
+    outside = records.add()
+    outside.attributes.add(key="event.name").value.string_value = "gen_ai.user.message"
+    outside.body.string_value = "outside any span"
     channel = grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}")
     stub = logs_service_pb2_grpc.LogsServiceStub(channel)
     with pytest.raises(grpc.RpcError) as info:
@@ -563,8 +566,8 @@ def test_a_logs_request_whose_every_record_is_rejected_is_invalid_over_grpc_and_
     refused = post(collector, request.SerializeToString(), path="/v1/logs")
     assert refused.status_code == 400
     assert Status.FromString(refused.content).message.startswith("no valid record: 1 log")
-    inside = records.add(event_name="gen_ai.user.message", trace_id=b"\x01" * 16)
-    inside.span_id = b"\x02" * 8
+    inside = records.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    inside.attributes.add(key="event.name").value.string_value = "gen_ai.user.message"
     assert stub.Export(request, timeout=5).partial_success.rejected_log_records == 1
     channel.close()
     assert collector.receiver.snapshot()["errors"] == {"BadRequest": 2}
