@@ -349,7 +349,9 @@ def test_a_failed_child_span_does_not_fail_a_split_trace_whose_root_comes_later(
     session's outcome and the root arriving later did not clear it (importing both files
     together: no failure). The root's name and every file imported stay noted too; and the
     same file named another way is the same file."""
-    for n, parts in enumerate((([0, 1, 2], [3]), ([3], [0, 1, 2]))):
+    # (the last order: a second part without the root and without a failure comes between
+    # the failed part and the root, and must not make the stand-in failure final)
+    for n, parts in enumerate((([0, 1, 2], [3]), ([3], [0, 1, 2]), ([2], [0, 1], [3]))):
         (tmp_path / str(n)).mkdir()
         paths = _split_fixture(tmp_path / str(n), parts)
         for path in paths:  # the tool span (position 2) failed with an exception
@@ -375,10 +377,11 @@ def test_a_failed_child_span_does_not_fail_a_split_trace_whose_root_comes_later(
         assert apart.digest == whole.digest  # steps, outcome, task and metadata alike
         assert apart.metadata["root_span"] == "invoke_agent weather_agent"
         assert apart.metadata["import"]["files"] == sorted(str(p) for p in paths)
-    first_only = _imported(tmp_path / "first.sqlite", paths[1:])
+    failed_part = paths[0]  # the failed tool span alone
+    first_only = _imported(tmp_path / "first.sqlite", [failed_part])
     assert first_only.outcome.failed  # alone, the part is all there is to judge by
-    monkeypatch.chdir(paths[1].parent)
-    again = _imported(tmp_path / "first.sqlite", [paths[1].name])
+    monkeypatch.chdir(failed_part.parent)
+    again = _imported(tmp_path / "first.sqlite", [failed_part.name])
     assert again.digest == first_only.digest
 
 

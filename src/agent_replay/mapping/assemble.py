@@ -820,7 +820,7 @@ def continue_session(end: SessionEnd, new: Trajectory) -> Continuation | None:
         steps=new.steps,
         task=end.session.task,
         seed=new.seed,
-        outcome=merged_outcome(end.session.outcome, old_meta, new.outcome, new.metadata),
+        outcome=merged_outcome(end.session.outcome, old_meta, new.outcome, new.metadata, metadata),
         metadata=metadata,
     )
     return Continuation.after(end, session, links)
@@ -965,7 +965,7 @@ def merge(
         steps=_placed(drafts, sealed),
         task=task,
         seed=new.seed,
-        outcome=merged_outcome(old.outcome, old.metadata, new.outcome, new.metadata),
+        outcome=merged_outcome(old.outcome, old.metadata, new.outcome, new.metadata, metadata),
         metadata=metadata,
     )
 
@@ -982,18 +982,26 @@ def _rooted(metadata: Mapping[str, Any]) -> set[str]:
 
 
 def merged_outcome(
-    old: Outcome | None, old_meta: Mapping[str, Any], new: Outcome | None, new_meta: Mapping
+    old: Outcome | None,
+    old_meta: Mapping[str, Any],
+    new: Outcome | None,
+    new_meta: Mapping[str, Any],
+    metadata: dict[str, Any],
 ) -> Outcome | None:
     """The outcome of two captures of one session: ``new``'s, else ``old``'s; a failure that
-    only stood in for a missing root counts no more once the other capture has that root."""
-
-    def standing(outcome: Outcome | None, meta: Mapping, other: Mapping) -> Outcome | None:
-        provisional = meta.get(PROVISIONAL)
-        if outcome is not None and provisional and set(provisional) <= _rooted(other):
-            return None
-        return outcome
-
-    return standing(new, new_meta, old_meta) or standing(old, old_meta, new_meta)
+    only stood in for a missing root counts no more once the other capture has that root.
+    ``metadata`` (the merged session's) gets the traces the chosen one still stands in for."""
+    for outcome, meta, other in ((new, new_meta, old_meta), (old, old_meta, new_meta)):
+        stood_in = set(meta.get(PROVISIONAL) or ())
+        left = stood_in - _rooted(other)
+        if outcome is not None and (left or not stood_in):
+            if left:  # (in its place in the keys if it was there: their order is in the digest)
+                metadata[PROVISIONAL] = sorted(left)
+            else:
+                metadata.pop(PROVISIONAL, None)
+            return outcome
+    metadata.pop(PROVISIONAL, None)
+    return None
 
 
 def _carried(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -1013,11 +1021,10 @@ def _carried(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         metadata["import"] = {**now, "files": files}
     rooted = _rooted(old) | _rooted(new)
     rootless = (set(old.get(ROOTLESS) or ()) | set(new.get(ROOTLESS) or ())) - rooted
-    for key, kept in ((ROOTLESS, rootless), (PROVISIONAL, set(new.get(PROVISIONAL) or ()))):
-        if kept - rooted:  # (in its place in ``new``'s keys: their order is in the digest)
-            metadata[key] = sorted(kept - rooted)
-        else:
-            metadata.pop(key, None)
+    if rootless:  # (in its place in ``new``'s keys: their order is in the digest)
+        metadata[ROOTLESS] = sorted(rootless)
+    else:
+        metadata.pop(ROOTLESS, None)
     if not _rooted(new) and _rooted(old) and "root_span" in old:
         metadata["root_span"] = old["root_span"]
     return metadata

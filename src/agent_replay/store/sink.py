@@ -583,10 +583,15 @@ def adopt(
             # unless the conversation's spans here only name their root (its agent span came
             # in a later file than the prompts)
             task = merged.task if is_placeholder_task(trajectory) else trajectory.task
+            metadata = dict(merged.metadata)
             outcome = merged_outcome(
-                fragment.outcome, fragment.metadata, trajectory.outcome, trajectory.metadata
+                fragment.outcome,
+                fragment.metadata,
+                trajectory.outcome,
+                trajectory.metadata,
+                metadata,
             )
-            trajectory = replace(merged, task=task, outcome=outcome)
+            trajectory = replace(merged, task=task, outcome=outcome, metadata=metadata)
             gone[trace_id] = fragment.digest
         out.append(trajectory)
     return out, gone
