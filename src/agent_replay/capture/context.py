@@ -900,9 +900,13 @@ def content_attributes(call: StepCall, inputs: Any, output: Any) -> dict[str, st
 
 
 def _json(value: Any) -> str:
-    """``value`` as strict JSON text that any backend parses (``plain_json``: no NaN tokens,
-    bytes and other objects as their repr)."""
-    return escape_text(json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False))
+    """``value`` as strict JSON text that any backend parses (what has no JSON form as
+    ``plain_json`` writes it: no NaN tokens, bytes and other objects as their repr)."""
+    try:  # (one encoding for the common case: plain data)
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(plain_json(value), sort_keys=True, ensure_ascii=False)
+    return escape_text(text)
 
 
 def _stored_json(value: Any, plain: str) -> str:
